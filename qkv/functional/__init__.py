@@ -1,0 +1,36 @@
+"""qkv.functional: the math of attention as parameter-free functions on tensors.
+
+Depends on torch alone.  Names follow SPEC.md: scores -> masked softmax -> weighted sum.
+"""
+
+from . import backends
+from .attention import attention, explain_backend
+from .backends import AttentionOutput, BackendChoice, available_backends, register_backend
+from .backends import reference as _reference  # noqa: F401  (registers "reference")
+from .backends import sdpa as _sdpa  # noqa: F401  (registers "sdpa")
+from .backends.reference import attention_weights
+from .heads import merge_heads, repeat_kv, split_heads
+from .masks import causal_mask, from_key_padding_mask, lengths_mask, padding_mask
+from .scores import dot_scores, scaled_dot_scores
+from .softmax import masked_softmax
+
+__all__ = [
+    "attention",
+    "attention_weights",
+    "explain_backend",
+    "AttentionOutput",
+    "BackendChoice",
+    "available_backends",
+    "register_backend",
+    "backends",
+    "masked_softmax",
+    "padding_mask",
+    "lengths_mask",
+    "causal_mask",
+    "from_key_padding_mask",
+    "split_heads",
+    "merge_heads",
+    "repeat_kv",
+    "dot_scores",
+    "scaled_dot_scores",
+]

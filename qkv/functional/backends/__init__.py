@@ -1,0 +1,113 @@
+"""A small registry of attention backends behind :func:`qkv.functional.attention`.
+
+Each backend computes the same thing -- softmax(scale * Q K^T, masked) V -- and says for a
+given call either that it can serve it or *why not*.  ``backend="auto"`` walks the
+registry in priority order (fastest first) and takes the first that can.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+from torch import Tensor
+
+__all__ = [
+    "AttentionCall",
+    "AttentionOutput",
+    "Backend",
+    "BackendChoice",
+    "register_backend",
+    "get_backend",
+    "available_backends",
+    "choose_backend",
+]
+
+
+class AttentionOutput(NamedTuple):
+    """What :func:`qkv.functional.attention` returns.
+
+    output: (B, H, Tq, Dv).  weights: (B, H, Tq, Tk), or None unless asked for.
+    """
+
+    output: Tensor
+    weights: Tensor | None
+
+
+class AttentionCall(NamedTuple):
+    """One validated call, as every backend receives it.
+
+    query (B, H, Tq, Dh); key (B, H, Tk, Dh); value (B, H, Tk, Dv) -- key/value heads already
+    repeated to H.  mask: None, boolean (True = may attend) or a float additive bias, in
+    the query's dtype, broadcastable to (B, H, Tq, Tk).  causal: the end-aligned causal
+    mask applies on top of ``mask``.  scale: the factor on q.k.  dropout: probability on the
+    weights.  need_weights: the caller wants the (B, H, Tq, Tk) weights back.
+    """
+
+    query: Tensor
+    key: Tensor
+    value: Tensor
+    mask: Tensor | None
+    causal: bool
+    scale: float
+    dropout: float
+    need_weights: bool
+
+
+class Backend(Protocol):
+    name: str
+
+    def unsupported(self, call: AttentionCall) -> str | None:
+        """None if this backend can serve ``call``; otherwise the reason it cannot."""
+
+    def run(self, call: AttentionCall) -> AttentionOutput: ...
+
+
+_REGISTRY: dict[str, tuple[int, Backend]] = {}
+
+
+def register_backend(backend: Backend, *, priority: int) -> Backend:
+    """Add (or replace) a backend.  Lower priority numbers are tried first by "auto"."""
+    _REGISTRY[backend.name] = (priority, backend)
+    return backend
+
+
+def get_backend(name: str) -> Backend:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown attention backend {name!r}; choose from {available_backends()} or 'auto'")
+    return _REGISTRY[name][1]
+
+
+def available_backends() -> list[str]:
+    """Backend names in the order "auto" tries them."""
+    return [name for name, _ in sorted(_REGISTRY.items(), key=lambda item: item[1][0])]
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend a call goes to, and why each faster one was passed over."""
+
+    backend: str
+    passed_over: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        lines = [f"backend: {self.backend}"]
+        lines += [f"  not {name}: {why}" for name, why in self.passed_over.items()]
+        return "\n".join(lines)
+
+
+def choose_backend(call: AttentionCall, requested: str = "auto") -> tuple[Backend, BackendChoice]:
+    if requested != "auto":
+        backend = get_backend(requested)
+        why = backend.unsupported(call)
+        if why is not None:
+            raise ValueError(f"attention backend {requested!r} cannot serve this call: {why}")
+        return backend, BackendChoice(requested)
+    passed_over: dict[str, str] = {}
+    for name in available_backends():
+        backend = _REGISTRY[name][1]
+        why = backend.unsupported(call)
+        if why is None:
+            return backend, BackendChoice(name, passed_over)
+        passed_over[name] = why
+    raise ValueError(f"no attention backend can serve this call: {passed_over}")

@@ -1,0 +1,67 @@
+"""PyTorch's fused kernels: ``torch.nn.functional.scaled_dot_product_attention``."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from ..masks import causal_mask
+from . import AttentionCall, AttentionOutput, register_backend
+
+__all__ = ["SDPABackend"]
+
+
+@functools.cache
+def _zeroes_fully_masked_rows() -> bool:
+    """Recent PyTorch returns 0 for a query whose keys are all masked; older releases
+    return NaN.  Probe once, so the fix-up below runs only where it is needed."""
+    q = torch.ones(1, 1, 1, 2)
+    out = F.scaled_dot_product_attention(q, q, q, attn_mask=torch.zeros(1, 1, 1, 1, dtype=torch.bool))
+    return bool(torch.all(out == 0))
+
+
+class SDPABackend:
+    """Fast and fused; returns no weights."""
+
+    name = "sdpa"
+
+    def unsupported(self, call: AttentionCall) -> str | None:
+        if call.need_weights:
+            return "need_weights=True: the fused kernels never form the weight matrix"
+        return None
+
+    def run(self, call: AttentionCall) -> AttentionOutput:
+        query, key, value, mask = call.query, call.key, call.value, call.mask
+        tq, tk = query.shape[-2], key.shape[-2]
+        is_causal = call.causal and mask is None and tq == tk
+        if call.causal and not is_causal:
+            # SDPA's is_causal aligns the diagonal to the top-left when Tq != Tk and cannot be
+            # combined with a mask: build the end-aligned causal mask and merge it in.
+            below = causal_mask(tq, tk, device=query.device)
+            if mask is None:
+                mask = below
+            elif mask.dtype == torch.bool:
+                mask = mask & below
+            else:
+                mask = mask.masked_fill(~below, float("-inf"))
+        attended = None
+        if mask is not None and not _zeroes_fully_masked_rows():
+            # Older PyTorch gives NaN (and NaN gradients) for fully masked rows: open such
+            # rows to every key, then zero their output, so values and gradients stay finite.
+            if mask.dtype == torch.bool:
+                attended = mask.any(-1, keepdim=True)
+                mask = mask | ~attended
+            else:
+                attended = (mask > float("-inf")).any(-1, keepdim=True)
+                mask = mask.masked_fill(~attended, 0.0)
+        output = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, dropout_p=call.dropout, is_causal=is_causal, scale=call.scale
+        )
+        if attended is not None:
+            output = output * attended
+        return AttentionOutput(output, None)
+
+
+register_backend(SDPABackend(), priority=0)
