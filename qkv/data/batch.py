@@ -1,18 +1,26 @@
-"""A training batch, and how token-id examples are padded into one."""
+"""Examples and batches: a sentence pair, and how token-id examples are padded into a batch."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-__all__ = ["PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_TOKENS", "Batch", "pad_sequences", "collate"]
+__all__ = ["Pair", "PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_TOKENS", "Batch", "pad_sequences", "collate"]
 
 #: Every qkv tokenizer reserves the same four ids, so checkpoints, models and search agree.
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+
+class Pair(NamedTuple):
+    """One example of a parallel corpus: a source sentence and its translation."""
+
+    source: str
+    target: str
 
 
 @dataclass
