@@ -1,6 +1,6 @@
 """qkv: attention, from softmax(QK^T / sqrt(d)) V to trained models whose attention you can see."""
 
-from . import functional
+from . import functional, layers
 from .functional import (
     attention,
     causal_mask,
@@ -10,11 +10,32 @@ from .functional import (
     padding_mask,
     split_heads,
 )
+from .layers import (
+    AdditiveScore,
+    Attention,
+    BilinearScore,
+    DotScore,
+    KVCache,
+    MultiHeadAttention,
+    ScaledDotScore,
+    StaticKV,
+    register_score,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "functional",
+    "layers",
+    "Attention",
+    "MultiHeadAttention",
+    "KVCache",
+    "StaticKV",
+    "DotScore",
+    "ScaledDotScore",
+    "BilinearScore",
+    "AdditiveScore",
+    "register_score",
     "attention",
     "explain_backend",
     "masked_softmax",

@@ -9,7 +9,17 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-__all__ = ["Pair", "PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_TOKENS", "Batch", "pad_sequences", "collate"]
+__all__ = [
+    "Pair",
+    "PAD_ID",
+    "BOS_ID",
+    "EOS_ID",
+    "UNK_ID",
+    "SPECIAL_TOKENS",
+    "Batch",
+    "pad_sequences",
+    "collate",
+]
 
 #: Every qkv tokenizer reserves the same four ids, so checkpoints, models and search agree.
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
@@ -66,4 +76,6 @@ def collate(
     sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], indices: Sequence[int]
 ) -> Batch:
     """Pad token-id sources and targets (targets already carry <s> ... </s>) into a Batch."""
-    return Batch(pad_sequences(sources), pad_sequences(targets), torch.as_tensor(indices, dtype=torch.long))
+    return Batch(
+        pad_sequences(sources), pad_sequences(targets), torch.as_tensor(indices, dtype=torch.long)
+    )

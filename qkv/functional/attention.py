@@ -92,7 +92,9 @@ def _make_call(
     heads, kv_heads = query.shape[1], key.shape[1]
     key, value = repeat_kv(key, heads // kv_heads), repeat_kv(value, heads // kv_heads)
     scale = resolve_scale(score, scale, query.shape[-1])
-    return AttentionCall(query, key, value, mask, bool(causal), scale, float(dropout), bool(need_weights))
+    return AttentionCall(
+        query, key, value, mask, bool(causal), scale, float(dropout), bool(need_weights)
+    )
 
 
 def _check_tensors(query: Tensor, key: Tensor, value: Tensor) -> None:
@@ -107,21 +109,29 @@ def _check_tensors(query: Tensor, key: Tensor, value: Tensor) -> None:
         if not t.is_floating_point():
             raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
     if not (query.dtype == key.dtype == value.dtype):
-        raise TypeError(f"query, key, value dtypes differ: {query.dtype}, {key.dtype}, {value.dtype}")
+        raise TypeError(
+            f"query, key, value dtypes differ: {query.dtype}, {key.dtype}, {value.dtype}"
+        )
     if not (query.device == key.device == value.device):
-        raise ValueError(f"query, key, value are on different devices: {query.device}, {key.device}, {value.device}")
+        raise ValueError(
+            f"query, key, value are on different devices: {query.device}, {key.device}, {value.device}"
+        )
     (b, h, tq, dh), (bk, hk, tk, dk), (bv, hv, tv, _) = query.shape, key.shape, value.shape
     shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
     if not (b == bk == bv):
         raise ValueError(f"batch sizes differ: {shapes}")
     if hk != hv or h % hk:
-        raise ValueError(f"key and value need the same number of heads, dividing the query's: {shapes}")
+        raise ValueError(
+            f"key and value need the same number of heads, dividing the query's: {shapes}"
+        )
     if tk != tv:
         raise ValueError(f"key and value need the same length Tk: {shapes}")
     if dh != dk:
         raise ValueError(f"query and key need the same width Dh (q and k must share d_k): {shapes}")
     if tq == 0 or tk == 0:
-        raise ValueError(f"empty sequence (Tq={tq}, Tk={tk}): attention needs at least one query and one key")
+        raise ValueError(
+            f"empty sequence (Tq={tq}, Tk={tk}): attention needs at least one query and one key"
+        )
 
 
 def _check_mask(mask: Tensor | None, query: Tensor, key: Tensor) -> Tensor | None:

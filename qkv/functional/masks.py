@@ -20,7 +20,9 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     Shapes: tokens (B, Tk) -> mask (B, 1, 1, Tk), broadcastable to (B, H, Tq, Tk).
     """
     if tokens.dim() != 2:
-        raise ValueError(f"padding_mask expects token ids of shape (B, T), got {tuple(tokens.shape)}")
+        raise ValueError(
+            f"padding_mask expects token ids of shape (B, T), got {tuple(tokens.shape)}"
+        )
     return (tokens != pad_id)[:, None, None, :]
 
 

@@ -106,7 +106,9 @@ def rotary_angles(
         _check_non_negative_int("offset", offset)
         pos = torch.arange(offset, offset + positions, device=device, dtype=_work_dtype(device))
     else:
-        raise TypeError(f"positions must be an int length or a tensor, got {type(positions).__name__}")
+        raise TypeError(
+            f"positions must be an int length or a tensor, got {type(positions).__name__}"
+        )
     even = torch.arange(0, head_dim, 2, device=device, dtype=pos.dtype)
     inverse_frequency = base ** (-even / head_dim)  # (Dh/2,)
     angles = pos[..., None] * inverse_frequency  # (..., T, Dh/2)

@@ -33,7 +33,9 @@ def resolve_scale(score: str, scale: float | None, head_dim: int) -> float:
         return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
     if score == "dot":
         if scale is not None:
-            raise ValueError(f"score='dot' takes no scale (got scale={scale}); use score='scaled_dot'")
+            raise ValueError(
+                f"score='dot' takes no scale (got scale={scale}); use score='scaled_dot'"
+            )
         return 1.0
     raise ValueError(
         f"unknown score {score!r} for functional attention; choose from {SCORES}. "

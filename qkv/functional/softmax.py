@@ -19,7 +19,9 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) ->
     """
     if mask is not None:
         if mask.dtype != torch.bool:
-            raise TypeError(f"masked_softmax takes a boolean mask (True = may attend), got {mask.dtype}")
+            raise TypeError(
+                f"masked_softmax takes a boolean mask (True = may attend), got {mask.dtype}"
+            )
         scores = scores.masked_fill(~mask, float("-inf"))
     # Subtracting the row max keeps exp() in range; a detached shift leaves the gradient of
     # softmax unchanged (it is shift-invariant).  Fully masked rows have max -inf: shift by 0.

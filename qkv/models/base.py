@@ -76,6 +76,10 @@ def select_state(state: Any, indices: Tensor) -> Any:
     if isinstance(state, (list, tuple)):
         return type(state)(select_state(value, indices) for value in state)
     if dataclasses.is_dataclass(state):
-        changes = {f.name: select_state(getattr(state, f.name), indices) for f in dataclasses.fields(state)}
+        changes = {
+            f.name: select_state(getattr(state, f.name), indices) for f in dataclasses.fields(state)
+        }
         return dataclasses.replace(state, **changes)
-    raise TypeError(f"select_state cannot reorder a {type(state).__name__}; give it a select(indices) method")
+    raise TypeError(
+        f"select_state cannot reorder a {type(state).__name__}; give it a select(indices) method"
+    )

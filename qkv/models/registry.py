@@ -33,10 +33,16 @@ def build_model(name: str, config: dict[str, Any] | Any) -> nn.Module:
         known = {f.name for f in dataclasses.fields(config_class)}
         unknown = sorted(set(config) - known)
         if unknown:
-            raise ValueError(f"config for {name!r} has unknown fields {unknown}; expected some of {sorted(known)}")
-        config = config_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
+            raise ValueError(
+                f"config for {name!r} has unknown fields {unknown}; expected some of {sorted(known)}"
+            )
+        config = config_class(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+        )
     if not isinstance(config, config_class):
-        raise TypeError(f"model {name!r} needs a {config_class.__name__}, got {type(config).__name__}")
+        raise TypeError(
+            f"model {name!r} needs a {config_class.__name__}, got {type(config).__name__}"
+        )
     return model_class(config)
 
 

@@ -74,7 +74,9 @@ def register_backend(backend: Backend, *, priority: int) -> Backend:
 
 def get_backend(name: str) -> Backend:
     if name not in _REGISTRY:
-        raise ValueError(f"unknown attention backend {name!r}; choose from {available_backends()} or 'auto'")
+        raise ValueError(
+            f"unknown attention backend {name!r}; choose from {available_backends()} or 'auto'"
+        )
     return _REGISTRY[name][1]
 
 

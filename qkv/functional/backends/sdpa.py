@@ -18,7 +18,9 @@ def _zeroes_fully_masked_rows() -> bool:
     """Recent PyTorch returns 0 for a query whose keys are all masked; older releases
     return NaN.  Probe once, so the fix-up below runs only where it is needed."""
     q = torch.ones(1, 1, 1, 2)
-    out = F.scaled_dot_product_attention(q, q, q, attn_mask=torch.zeros(1, 1, 1, 1, dtype=torch.bool))
+    out = F.scaled_dot_product_attention(
+        q, q, q, attn_mask=torch.zeros(1, 1, 1, 1, dtype=torch.bool)
+    )
     return bool(torch.all(out == 0))
 
 
@@ -57,7 +59,13 @@ class SDPABackend:
                 attended = (mask > float("-inf")).any(-1, keepdim=True)
                 mask = mask.masked_fill(~attended, 0.0)
         output = F.scaled_dot_product_attention(
-            query, key, value, attn_mask=mask, dropout_p=call.dropout, is_causal=is_causal, scale=call.scale
+            query,
+            key,
+            value,
+            attn_mask=mask,
+            dropout_p=call.dropout,
+            is_causal=is_causal,
+            scale=call.scale,
         )
         if attended is not None:
             output = output * attended

@@ -1,0 +1,185 @@
+"""Beam search: keep the ``beam_size`` best partial hypotheses of every source.
+
+How it works (all sources at once, no Python loop over the batch inside a step):
+
+- Every source owns ``K = beam_size`` slots; the model decodes ``B * K`` rows. Only slot 0
+  starts alive, so the first step does not pick K copies of the same token.
+- A slot is either *alive* or *finished* (it emitted EOS). A finished slot stays in the
+  beam with its frozen score and offers exactly one candidate: itself, unchanged.
+- Each step, every alive slot offers its V continuations; the K best of the K * V
+  candidates, ranked by ``score / length_penalty_factor(length, alpha)``, form the next beam.
+  Finished hypotheses therefore compete with the alive ones and are pushed out only by
+  better candidates.
+- A source is done when all K of its slots are finished: every alive continuation ranked
+  below them (with ``length_penalty=0`` no continuation can ever catch up, since adding
+  log-probabilities only lowers a score). Search stops when every source is done, or after
+  ``max_len`` generated tokens (EOS included); unfinished hypotheses then compete as they are.
+
+With ``beam_size=1`` this is exactly greedy search (same tokens, same scores).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from qkv.models.base import Decodable, select_state
+
+from .search import (
+    DEFAULT_BOS_ID,
+    DEFAULT_EOS_ID,
+    DEFAULT_PAD_ID,
+    Hypotheses,
+    check_max_len,
+    check_model,
+    check_step,
+    length_penalty_factor,
+)
+
+__all__ = ["beam_search"]
+
+
+@torch.no_grad()
+def beam_search(
+    model: Decodable,
+    source: Tensor,
+    *,
+    beam_size: int = 4,
+    max_len: int,
+    length_penalty: float = 1.0,
+    num_return: int = 1,
+    bos_id: int = DEFAULT_BOS_ID,
+    eos_id: int = DEFAULT_EOS_ID,
+    pad_id: int = DEFAULT_PAD_ID,
+    need_attention: bool = False,
+) -> Hypotheses:
+    """Decode every source of the batch with beam search, all at once.
+
+    ``length_penalty`` is GNMT's alpha: hypotheses are ranked by
+    ``sum of log-probs / ((5 + length) / 6) ** alpha`` (see :func:`length_penalty_factor`);
+    0 ranks by the raw sum. ``num_return`` (<= beam_size) hypotheses per source come back,
+    best first, sentence-major (see :class:`Hypotheses`).
+
+    Shapes: source (B, S) token ids or (B, C, H, W) images -> B * num_return hypotheses;
+    with ``need_attention`` each carries a (len(tokens), S) attention tensor, its rows
+    followed back through the beam's reorderings.
+    """
+    check_model(model)
+    check_max_len(max_len)
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size={beam_size!r} must be an integer >= 1")
+    if not isinstance(num_return, int) or not 1 <= num_return <= beam_size:
+        raise ValueError(f"num_return={num_return!r} must be between 1 and beam_size={beam_size}")
+    if length_penalty < 0:
+        raise ValueError(f"length_penalty={length_penalty} must be >= 0 (0 = raw log-prob sums)")
+
+    batch_size, k = source.shape[0], beam_size
+    device = source.device
+    # Row b * K + j of the model's batch is slot j of source b.
+    row_offset = torch.arange(batch_size, device=device).unsqueeze(1) * k  # (B, 1)
+    state = select_state(
+        model.start(source), torch.arange(batch_size, device=device).repeat_interleave(k)
+    )
+    tokens = torch.full((batch_size * k,), bos_id, dtype=torch.long, device=device)
+    scores = torch.full((batch_size, k), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # only slot 0 is alive at the start
+    lengths = torch.zeros(batch_size, k, dtype=torch.long, device=device)
+    finished = torch.zeros(batch_size, k, dtype=torch.bool, device=device)
+    # Back-pointers, one entry per step, each (B, K): the token a slot took and the slot it
+    # came from; with need_attention the (B, K, S) attention of the step that produced it.
+    history_tokens: list[Tensor] = []
+    history_origins: list[Tensor] = []
+    history_attention: list[Tensor] = []
+
+    for step in range(1, max_len + 1):
+        output = check_step(model.step(tokens, state), batch_size * k, need_attention)
+        vocab_size = output.log_probs.shape[-1]
+        log_probs = output.log_probs.view(batch_size, k, vocab_size)
+
+        candidates = scores.unsqueeze(-1) + log_probs  # (B, K, V)
+        # A finished slot offers one candidate, itself with its frozen score, under pad_id.
+        frozen = torch.full_like(candidates, float("-inf"))
+        frozen[..., pad_id] = scores
+        candidates = torch.where(finished.unsqueeze(-1), frozen, candidates)
+        candidate_lengths = torch.where(finished, lengths, step)  # (B, K)
+        ranking = candidates / length_penalty_factor(candidate_lengths, length_penalty).unsqueeze(
+            -1
+        ).to(candidates.dtype)
+
+        _, best = ranking.view(batch_size, k * vocab_size).topk(k, dim=-1)  # (B, K)
+        origin = torch.div(best, vocab_size, rounding_mode="floor")  # (B, K) slot it extends
+        chosen = best % vocab_size  # (B, K)
+        was_finished = finished.gather(1, origin)
+        scores = candidates.view(batch_size, k * vocab_size).gather(1, best)
+        lengths = torch.where(was_finished, lengths.gather(1, origin), step)
+        finished = was_finished | (chosen == eos_id)
+
+        history_tokens.append(chosen)
+        history_origins.append(origin)
+        if need_attention:
+            attention = output.attention.view(batch_size, k, -1)
+            history_attention.append(attention.gather(1, _expand_like(origin, attention)))
+        # Dead slots (score -inf, possible when K exceeds the live candidates) count as done.
+        if bool((finished | scores.isneginf()).all()):
+            break
+        rows = (origin + row_offset).view(-1)
+        state = select_state(output.state, rows)
+        tokens = chosen.view(-1)
+
+    ranking = scores / length_penalty_factor(lengths, length_penalty).to(scores.dtype)
+    order = ranking.argsort(dim=-1, descending=True, stable=True)[:, :num_return]  # (B, n)
+    return _backtrack(
+        order,
+        scores=scores,
+        ranking=ranking,
+        lengths=lengths,
+        finished=finished,
+        history_tokens=history_tokens,
+        history_origins=history_origins,
+        history_attention=history_attention if need_attention else None,
+    )
+
+
+def _expand_like(index: Tensor, source: Tensor) -> Tensor:
+    """(B, K) slot index -> (B, K, S) index for gathering rows of a (B, K, S) tensor."""
+    return index.unsqueeze(-1).expand(-1, -1, source.shape[-1])
+
+
+def _backtrack(
+    order: Tensor,
+    *,
+    scores: Tensor,
+    ranking: Tensor,
+    lengths: Tensor,
+    finished: Tensor,
+    history_tokens: list[Tensor],
+    history_origins: list[Tensor],
+    history_attention: list[Tensor] | None,
+) -> Hypotheses:
+    """Follow the back-pointers from the final slots ``order`` (B, n) to the first step."""
+    slots = order
+    tokens_backwards: list[Tensor] = []
+    attention_backwards: list[Tensor] = []
+    for step in reversed(range(len(history_tokens))):
+        tokens_backwards.append(history_tokens[step].gather(1, slots))
+        if history_attention is not None:
+            attention = history_attention[step]
+            attention_backwards.append(attention.gather(1, _expand_like(slots, attention)))
+        slots = history_origins[step].gather(1, slots)
+
+    num_return = order.shape[1]
+    paths = torch.stack(tokens_backwards[::-1], dim=-1).flatten(0, 1).tolist()  # (B * n, T)
+    is_finished = finished.gather(1, order).flatten()
+    keep = (lengths.gather(1, order).flatten() - is_finished.long()).tolist()  # drop the EOS
+    attention = None
+    if history_attention is not None:
+        rows = torch.stack(attention_backwards[::-1], dim=2).flatten(0, 1)  # (B * n, T, S)
+        attention = [rows[index, :n] for index, n in enumerate(keep)]
+    return Hypotheses(
+        tokens=[path[:n] for path, n in zip(paths, keep, strict=True)],
+        scores=scores.gather(1, order).flatten().tolist(),
+        normalized_scores=ranking.gather(1, order).flatten().tolist(),
+        finished=is_finished.tolist(),
+        attention=attention,
+        num_return=num_return,
+    )

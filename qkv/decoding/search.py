@@ -1,0 +1,128 @@
+"""What greedy and beam search share: the result type, the length penalty, the checks.
+
+Both searches drive any model that implements :class:`qkv.models.base.Decodable`
+(``start(source) -> state``, ``step(tokens, state) -> StepOutput``), so every qkv model
+decodes with the same code.
+
+Counting conventions used throughout:
+
+- a hypothesis's *length* is the number of tokens the model generated for it, EOS
+  included when it was generated (a hypothesis cut at ``max_len`` has length ``max_len``);
+- its *score* is the sum of the log-probabilities of those generated tokens (EOS included);
+- ``tokens`` in the result leave out BOS, EOS and padding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from qkv.models.base import Decodable, StepOutput
+
+__all__ = ["Hypotheses", "length_penalty_factor"]
+
+# The special ids every qkv tokenizer reserves (qkv.data.batch defines them; decoding may not
+# import data, which sits on the same layer): PAD=0, BOS=1, EOS=2.
+DEFAULT_PAD_ID = 0
+DEFAULT_BOS_ID = 1
+DEFAULT_EOS_ID = 2
+
+
+@dataclass
+class Hypotheses:
+    """Decoded sequences, ``num_return`` per source, sentence-major.
+
+    Entry ``i * num_return + j`` is the ``j``-th best hypothesis of source ``i``
+    (``num_return`` is 1 unless beam search was asked for an n-best list).
+
+    tokens: generated ids, without BOS, EOS and padding.
+    scores: sum of the log-probabilities of the generated tokens (EOS included when
+        generated).
+    normalized_scores: the score used for ranking, ``scores / length_penalty_factor``;
+        equals ``scores`` for greedy search and for beam search with ``length_penalty=0``.
+    attention: when asked for, one (T_out, S) tensor per hypothesis, T_out = len(tokens):
+        row ``t`` is the attention of the step that produced ``tokens[t]``; else None.
+    finished: whether each hypothesis ended with EOS (False: cut at ``max_len``).
+    """
+
+    tokens: list[list[int]]
+    scores: list[float]
+    normalized_scores: list[float]
+    finished: list[bool]
+    attention: list[Tensor] | None = None
+    num_return: int = 1
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def for_source(self, index: int) -> Hypotheses:
+        """The ``num_return`` hypotheses of source ``index``, best first."""
+        if not 0 <= index < len(self.tokens) // self.num_return:
+            raise ValueError(
+                f"source index {index} out of range for "
+                f"{len(self.tokens) // self.num_return} sources"
+            )
+        rows = slice(index * self.num_return, (index + 1) * self.num_return)
+        return Hypotheses(
+            tokens=self.tokens[rows],
+            scores=self.scores[rows],
+            normalized_scores=self.normalized_scores[rows],
+            finished=self.finished[rows],
+            attention=None if self.attention is None else self.attention[rows],
+            num_return=self.num_return,
+        )
+
+
+def length_penalty_factor(length: Tensor, alpha: float) -> Tensor:
+    """GNMT's length penalty (Wu et al. 2016): ``((5 + length) / 6) ** alpha``.
+
+    Beam search ranks by ``score / length_penalty_factor(length, alpha)``. ``alpha = 0``
+    gives a factor of exactly 1 (rank by the raw sum of log-probabilities); larger
+    ``alpha`` favours longer hypotheses, since the (negative) sums are divided by more.
+
+    Shapes: length (...) integer or float tensor -> (...) float tensor.
+    """
+    return ((5.0 + length.float()) / 6.0) ** alpha
+
+
+def check_model(model: object) -> None:
+    """Fail early, naming the protocol, when ``model`` cannot be decoded."""
+    if not isinstance(model, Decodable) or not (callable(model.start) and callable(model.step)):
+        raise TypeError(
+            f"{type(model).__name__} cannot be decoded: it must implement the Decodable protocol "
+            "of qkv.models.base (start(source) -> state and step(tokens, state) -> StepOutput)"
+        )
+
+
+def check_max_len(max_len: int) -> None:
+    if not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len={max_len!r} must be an integer >= 1")
+
+
+def check_step(output: object, rows: int, need_attention: bool) -> StepOutput:
+    """Validate one ``model.step`` result for ``rows`` sequences; return it."""
+    if not isinstance(output, StepOutput):
+        raise TypeError(
+            f"model.step returned a {type(output).__name__}; it must return a StepOutput "
+            "(qkv.models.base)"
+        )
+    log_probs = output.log_probs
+    if log_probs.dim() != 2 or log_probs.shape[0] != rows:
+        raise ValueError(
+            f"model.step returned log_probs of shape {tuple(log_probs.shape)}; "
+            f"expected ({rows}, V), one row per sequence being decoded"
+        )
+    if need_attention:
+        attention = output.attention
+        if attention is None:
+            raise ValueError(
+                "need_attention=True but model.step returned attention=None; "
+                "decode with need_attention=False for models without source attention"
+            )
+        if attention.dim() != 2 or attention.shape[0] != rows:
+            raise ValueError(
+                f"model.step returned attention of shape {tuple(attention.shape)}; "
+                f"expected ({rows}, S)"
+            )
+    return output

@@ -1,0 +1,75 @@
+"""Key/value caches for incremental decoding."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from torch import Tensor
+
+__all__ = ["KVCache", "StaticKV"]
+
+
+class StaticKV(NamedTuple):
+    """Keys and values computed once and reused at every step (cross-attention over an
+    encoder's output).  key (B, Hkv, S, Dh), value (B, Hkv, S, Dv)."""
+
+    key: Tensor
+    value: Tensor
+
+
+class KVCache:
+    """The keys and values of every position decoded so far, for one attention layer.
+
+    ``append`` writes the new step's keys/values into a preallocated buffer that doubles
+    when full, so a step costs O(1) copies, not a concatenation of the whole prefix.
+    Shapes: key (B, Hkv, T, Dh), value (B, Hkv, T, Dv).
+    """
+
+    def __init__(self) -> None:
+        self._key: Tensor | None = None
+        self._value: Tensor | None = None
+        self.length = 0
+
+    @property
+    def key(self) -> Tensor | None:
+        return None if self._key is None else self._key[:, :, : self.length]
+
+    @property
+    def value(self) -> Tensor | None:
+        return None if self._value is None else self._value[:, :, : self.length]
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Add new positions (B, Hkv, t, D); return all keys and values so far."""
+        new = key.shape[2]
+        if self._key is None:
+            capacity = max(16, 2 * new)
+            self._key = key.new_empty(key.shape[:2] + (capacity, key.shape[3]))
+            self._value = value.new_empty(value.shape[:2] + (capacity, value.shape[3]))
+        elif key.shape[:2] != self._key.shape[:2] or key.shape[3] != self._key.shape[3]:
+            raise ValueError(
+                f"cache holds keys of shape (B, Hkv, T, Dh) = {tuple(self._key.shape[:2])} + "
+                f"(T, {self._key.shape[3]}), cannot append {tuple(key.shape)}"
+            )
+        if self.length + new > self._key.shape[2]:
+            capacity = max(2 * self._key.shape[2], self.length + new)
+            self._key = _grow(self._key, capacity, self.length)
+            self._value = _grow(self._value, capacity, self.length)
+        self._key[:, :, self.length : self.length + new] = key
+        self._value[:, :, self.length : self.length + new] = value
+        self.length += new
+        return self.key, self.value
+
+    def select(self, indices: Tensor) -> KVCache:
+        """A new cache holding batch rows ``indices`` (beam search reorders hypotheses)."""
+        out = KVCache()
+        if self._key is not None:
+            out._key = self._key.index_select(0, indices)
+            out._value = self._value.index_select(0, indices)
+            out.length = self.length
+        return out
+
+
+def _grow(buffer: Tensor, capacity: int, length: int) -> Tensor:
+    bigger = buffer.new_empty(buffer.shape[:2] + (capacity, buffer.shape[3]))
+    bigger[:, :, :length] = buffer[:, :, :length]
+    return bigger

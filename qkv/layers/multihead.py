@@ -1,0 +1,169 @@
+"""Multi-head attention (SPEC section 5): self, causal, cross, grouped KV, KV cache."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..functional import attention, attention_weights, merge_heads, repeat_kv, split_heads
+from .cache import KVCache, StaticKV
+
+__all__ = ["MultiHeadAttention"]
+
+
+class MultiHeadAttention(nn.Module):
+    """Project Q, K, V; split the width into heads; attend in each head; concatenate; project.
+
+    ``d_model = num_heads * head_dim``.  ``num_kv_heads`` < ``num_heads`` gives grouped-query
+    attention (1 = multi-query): each key/value head serves num_heads / num_kv_heads query
+    heads.  ``kdim``/``vdim``: widths of the key/value inputs (cross-attention over another
+    model's states).  All tensors are batch-first (B, T, D).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_heads < 1 or d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        if num_kv_heads < 1 or num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout={dropout} must be in [0, 1)")
+        self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
+        self.head_dim = d_model // num_heads
+        self.kdim, self.vdim = kdim or d_model, vdim or d_model
+        self.dropout = dropout
+        kv_width = num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, kv_width, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, kv_width, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
+        *,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = False,
+        cache: KVCache | StaticKV | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Shapes: query (B, Tq, D); key (B, Tk, kdim), value (B, Tk, vdim), both omitted for
+        self-attention; mask broadcastable to (B, H, Tq, Tk), boolean (True = may attend) or a
+        float bias -> output (B, Tq, D), weights (B, H, Tq, Tk) or None.
+
+        ``cache``: a :class:`KVCache` for incremental self-attention (this call's keys and
+        values are appended; the queries are the newest positions, so ``causal`` aligns to the
+        end), or a :class:`StaticKV` from :meth:`project_kv` for cross-attention over fixed
+        memory (key/value then omitted).
+
+        The output always takes the fastest backend.  With ``need_weights`` the per-head
+        weights are computed beside it for inspection and carry **no gradient** (so asking
+        for them never slows training to an unfused path).
+        """
+        self._check_inputs(query, key, value, cache)
+        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Tq, Dh)
+        if isinstance(cache, StaticKV):
+            k, v = cache.key, cache.value  # (B, Hkv, S, Dh)
+        else:
+            if key is None:
+                key = value = query
+            k, v = self._project_kv(key, key if value is None else value)  # (B, Hkv, Tk, Dh)
+            if isinstance(cache, KVCache):
+                k, v = cache.append(k, v)
+        dropout = self.dropout if self.training else 0.0
+        output, _ = attention(q, k, v, mask=mask, causal=causal, dropout=dropout)  # (B, H, Tq, Dh)
+        weights = None
+        if need_weights:
+            with torch.no_grad():
+                rep = self.num_heads // self.num_kv_heads
+                weights = attention_weights(q, repeat_kv(k, rep), mask, causal, self.head_dim**-0.5)
+        return self.out_proj(merge_heads(output)), weights
+
+    def project_kv(self, key: Tensor, value: Tensor | None = None) -> StaticKV:
+        """Keys and values of fixed memory (an encoder's output), computed once for every
+        decoding step.  Shapes: (B, S, kdim) -> key (B, Hkv, S, Dh), value (B, Hkv, S, Dh)."""
+        value = key if value is None else value
+        self._check_widths(key, value)
+        return StaticKV(*self._project_kv(key, value))
+
+    def _project_kv(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        k = split_heads(self.k_proj(key), self.num_kv_heads)
+        v = split_heads(self.v_proj(value), self.num_kv_heads)
+        return k, v
+
+    def _check_inputs(self, query, key, value, cache) -> None:
+        if query.dim() != 3 or query.shape[-1] != self.d_model:
+            raise ValueError(f"query must be (B, Tq, {self.d_model}), got {tuple(query.shape)}")
+        if (key is None) != (value is None) and not (key is not None and value is None):
+            raise ValueError("pass value together with key (or neither, for self-attention)")
+        if isinstance(cache, StaticKV) and key is not None:
+            raise ValueError("a StaticKV cache already holds the keys/values: omit key and value")
+        if key is not None:
+            self._check_widths(key, key if value is None else value, batch=query.shape[0])
+        if cache is not None and not isinstance(cache, (KVCache, StaticKV)):
+            raise TypeError(f"cache must be a KVCache or StaticKV, got {type(cache).__name__}")
+
+    def _check_widths(self, key: Tensor, value: Tensor, batch: int | None = None) -> None:
+        if key.dim() != 3 or key.shape[-1] != self.kdim:
+            raise ValueError(f"key must be (B, Tk, {self.kdim}), got {tuple(key.shape)}")
+        if value.dim() != 3 or value.shape[-1] != self.vdim or value.shape[:2] != key.shape[:2]:
+            raise ValueError(
+                f"value must be (B, Tk, {self.vdim}) matching key {tuple(key.shape)}, got {tuple(value.shape)}"
+            )
+        if batch is not None and key.shape[0] != batch:
+            raise ValueError(f"query batch {batch} != key batch {key.shape[0]}")
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
+        """A qkv layer with the weights of a ``torch.nn.MultiheadAttention`` (batch_first or not:
+        qkv is always batch-first, so transpose your inputs if the module was not)."""
+        if not isinstance(module, nn.MultiheadAttention):
+            raise TypeError(
+                f"from_torch takes a torch.nn.MultiheadAttention, got {type(module).__name__}"
+            )
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("add_bias_kv / add_zero_attn have no qkv equivalent")
+        d = module.embed_dim
+        has_bias = module.in_proj_bias is not None
+        layer = cls(
+            d,
+            module.num_heads,
+            kdim=module.kdim,
+            vdim=module.vdim,
+            bias=has_bias,
+            dropout=module.dropout,
+        )
+        layer = layer.to(device=module.out_proj.weight.device, dtype=module.out_proj.weight.dtype)
+        with torch.no_grad():
+            if module._qkv_same_embed_dim:
+                weights = module.in_proj_weight.chunk(3)
+            else:
+                weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)
+            biases = module.in_proj_bias.chunk(3) if has_bias else (None, None, None)
+            for proj, w, b in zip((layer.q_proj, layer.k_proj, layer.v_proj), weights, biases):
+                proj.weight.copy_(w)
+                if b is not None:
+                    proj.bias.copy_(b)
+            layer.out_proj.weight.copy_(module.out_proj.weight)
+            if has_bias:
+                layer.out_proj.bias.copy_(module.out_proj.bias)
+        return layer
+
+    def extra_repr(self) -> str:
+        kv = f", num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
+        return f"d_model={self.d_model}, num_heads={self.num_heads}{kv}, dropout={self.dropout}"

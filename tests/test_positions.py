@@ -1,0 +1,298 @@
+"""Position information (SPEC section 4): sinusoidal, learned, RoPE, ALiBi."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+import qkv
+from qkv.functional.positions import (
+    alibi_bias,
+    alibi_slopes,
+    apply_rotary,
+    rotary_angles,
+    sinusoidal_encoding,
+)
+from qkv.layers.positions import (
+    ALiBi,
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+)
+
+FEW = settings(max_examples=25, deadline=None)
+
+
+# ---------------------------------------------------------------- sinusoidal
+
+
+def test_sinusoidal_hand_values():
+    pe = sinusoidal_encoding(3, 4, dtype=torch.float64)
+    assert pe.shape == (3, 4)
+    assert torch.equal(pe[0], torch.tensor([0.0, 1.0, 0.0, 1.0], dtype=torch.float64))
+    # frequencies 1 / 10000^(0/4) = 1 and 1 / 10000^(2/4) = 1/100
+    expected = [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)]
+    torch.testing.assert_close(pe[1], torch.tensor(expected, dtype=torch.float64))
+    assert pe[2, 2].item() == pytest.approx(math.sin(0.02))
+
+
+def test_sinusoidal_odd_dim_offset_and_long_lengths():
+    pe = sinusoidal_encoding(5, 5, dtype=torch.float64)
+    assert pe.shape == (5, 5)
+    assert pe[3, 4].item() == pytest.approx(math.sin(3 / 10000 ** (4 / 5)))  # last column: a sine
+    torch.testing.assert_close(sinusoidal_encoding(5, 6, offset=7), sinusoidal_encoding(12, 6)[7:])
+    # extends to any length: every row distinct, values bounded
+    long = sinusoidal_encoding(20000, 8)
+    assert long.abs().max() <= 1.0
+    assert torch.unique(long, dim=0).shape[0] == 20000
+
+
+@FEW
+@given(
+    half_dim=st.integers(1, 6),
+    shift=st.integers(0, 50),
+    positions=st.lists(st.integers(0, 500), min_size=1, max_size=8),
+)
+def test_sinusoidal_shift_is_a_fixed_rotation_per_frequency(half_dim, shift, positions):
+    """PE(pos + k) = M_k PE(pos), M_k block-diagonal 2x2 rotations depending on k alone."""
+    dim = 2 * half_dim
+    frequencies = 1.0 / 10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    angle = shift * frequencies
+    rotation = torch.zeros(dim, dim, dtype=torch.float64)
+    rotation[0::2, 0::2] = torch.diag(torch.cos(angle))
+    rotation[0::2, 1::2] = torch.diag(torch.sin(angle))
+    rotation[1::2, 0::2] = torch.diag(-torch.sin(angle))
+    rotation[1::2, 1::2] = torch.diag(torch.cos(angle))
+    table = sinusoidal_encoding(600, dim, dtype=torch.float64)
+    index = torch.tensor(positions)
+    torch.testing.assert_close(table[index + shift], table[index] @ rotation.T)
+
+
+def test_sinusoidal_layer_offset_cache_and_no_state():
+    torch.manual_seed(0)
+    layer = SinusoidalPositionalEncoding(6, max_len=8)
+    uncached = SinusoidalPositionalEncoding(6, max_len=None)
+    assert list(layer.parameters()) == [] and layer.state_dict() == {}
+    x = torch.randn(2, 12, 6)
+    full = layer(x)  # longer than the cache: computed on the fly
+    torch.testing.assert_close(full, x + sinusoidal_encoding(12, 6))
+    torch.testing.assert_close(uncached(x), full)
+    for t in range(12):  # incremental decoding, inside and past the cache
+        torch.testing.assert_close(layer(x[:, t : t + 1], offset=t), full[:, t : t + 1])
+    assert layer.encoding.shape == (8, 6)  # forward did not grow the cache
+    with pytest.raises(ValueError, match="d_model=6"):
+        layer(torch.randn(2, 3, 5))
+    with pytest.raises(ValueError, match="offset"):
+        layer(x, offset=-1)
+
+
+# ---------------------------------------------------------------- learned
+
+
+@pytest.mark.parametrize("mode, position_dim", [("add", None), ("concat", None), ("concat", 3)])
+def test_learned_shapes_and_gradients(mode, position_dim):
+    torch.manual_seed(0)
+    layer = LearnedPositionalEmbedding(10, 8, mode=mode, position_dim=position_dim)
+    x = torch.randn(3, 4, 8, requires_grad=True)
+    out = layer(x, offset=2)
+    assert out.shape == (3, 4, 8)
+    out.square().sum().backward()
+    grad = layer.embedding.weight.grad
+    assert grad.shape == (10, position_dim or 8)
+    assert grad[2:6].abs().sum(dim=1).gt(0).all()  # positions 2..5 were used
+    assert grad[:2].eq(0).all() and grad[6:].eq(0).all()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    if mode == "add":
+        torch.testing.assert_close(out, x + layer.embedding.weight[2:6])
+    else:
+        assert layer.projection.weight.grad.abs().sum() > 0
+
+
+def test_learned_too_long_and_bad_arguments():
+    layer = LearnedPositionalEmbedding(5, 4)
+    layer(torch.randn(1, 5, 4))  # exactly max_len is fine
+    with pytest.raises(ValueError, match=r"length 6.*max_len=5.*raise max_len.*Sinusoidal"):
+        layer(torch.randn(1, 6, 4))
+    with pytest.raises(ValueError, match="offset 3"):
+        layer(torch.randn(1, 3, 4), offset=3)
+    with pytest.raises(ValueError, match="d_model=4"):
+        layer(torch.randn(1, 3, 5))
+    with pytest.raises(ValueError, match="mode"):
+        LearnedPositionalEmbedding(5, 4, mode="prepend")
+    with pytest.raises(ValueError, match="position_dim=3"):
+        LearnedPositionalEmbedding(5, 4, mode="add", position_dim=3)
+
+
+# ---------------------------------------------------------------- RoPE
+
+
+def _rotate_by_hand(x: torch.Tensor, positions: list[int], base: float = 10000.0) -> torch.Tensor:
+    """Half-split RoPE as complex multiplication: (x_i + i x_{i+Dh/2}) * e^{i p theta_i}."""
+    half = x.shape[-1] // 2
+    theta = base ** (-torch.arange(half, dtype=torch.float64) * 2 / x.shape[-1])
+    angles = torch.tensor(positions, dtype=torch.float64)[:, None] * theta  # (T, Dh/2)
+    z = torch.complex(x[..., :half], x[..., half:]) * torch.polar(torch.ones_like(angles), angles)
+    return torch.cat([z.real, z.imag], dim=-1)
+
+
+def test_rope_matches_complex_rotation_and_keeps_norms():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    cos, sin = rotary_angles(5, 8, offset=4, dtype=torch.float64)
+    rotated = apply_rotary(x, cos, sin)
+    torch.testing.assert_close(rotated, _rotate_by_hand(x, [4, 5, 6, 7, 8]))
+    torch.testing.assert_close(rotated.norm(dim=-1), x.norm(dim=-1))
+    # per-sequence positions (B, T): each row rotated by its own positions
+    positions = torch.tensor([[0, 1, 2, 3, 4], [9, 3, 0, 7, 2]])
+    cos_b, sin_b = rotary_angles(positions, 8, dtype=torch.float64)
+    rotated_b = apply_rotary(x, cos_b, sin_b)
+    torch.testing.assert_close(rotated_b[1], _rotate_by_hand(x[1], [9, 3, 0, 7, 2]))
+
+
+@FEW
+@given(
+    m=st.integers(0, 200),
+    n=st.integers(0, 200),
+    shift=st.integers(0, 1000),
+    half_dim=st.integers(1, 8),
+    seed=st.integers(0, 2**16),
+)
+def test_rope_scores_depend_only_on_relative_position(m, n, shift, half_dim, seed):
+    generator = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(2, 1, 1, 1, 2 * half_dim, generator=generator, dtype=torch.float64)
+
+    def score(query_pos: int, key_pos: int) -> torch.Tensor:
+        q_cos, q_sin = rotary_angles(torch.tensor([query_pos]), 2 * half_dim, dtype=torch.float64)
+        k_cos, k_sin = rotary_angles(torch.tensor([key_pos]), 2 * half_dim, dtype=torch.float64)
+        return (apply_rotary(q, q_cos, q_sin) * apply_rotary(k, k_cos, k_sin)).sum()
+
+    torch.testing.assert_close(score(m, n), score(m + shift, n + shift))
+
+
+def test_rope_offset_consistency_and_cached_decoding():
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(8)
+    q, k = torch.randn(2, 2, 3, 6, 8)
+    q_all, k_all = rope(q, k)
+    for t in range(6):  # one token at a time, offset = its position
+        q_t, k_t = rope(q[:, :, t : t + 1], k[:, :, t : t + 1], offset=t)
+        torch.testing.assert_close(q_t, q_all[:, :, t : t + 1])
+        torch.testing.assert_close(k_t, k_all[:, :, t : t + 1])
+    # a shorter query is end-aligned: it takes the last positions of the keys
+    q_last, k_same = rope(q[:, :, -2:], k)
+    torch.testing.assert_close(q_last, q_all[:, :, -2:])
+    torch.testing.assert_close(k_same, k_all)
+    # the functional tables agree with the layer
+    cos, sin = rotary_angles(6, 8)
+    torch.testing.assert_close(apply_rotary(q, cos, sin), q_all)
+
+
+def test_rope_validation():
+    with pytest.raises(ValueError, match="head_dim=7"):
+        RotaryEmbedding(7)
+    with pytest.raises(ValueError, match="even"):
+        apply_rotary(torch.randn(1, 1, 2, 5), *rotary_angles(2, 4))
+    with pytest.raises(ValueError, match=r"\(B, H, T, Dh\)"):
+        apply_rotary(torch.randn(2, 4), *rotary_angles(2, 4))
+    with pytest.raises(ValueError, match="do not fit"):
+        apply_rotary(torch.randn(1, 1, 3, 4), *rotary_angles(2, 4))
+    rope = RotaryEmbedding(4)
+    with pytest.raises(ValueError, match="head_dim = 4"):
+        rope(torch.randn(1, 1, 2, 6), torch.randn(1, 1, 2, 6))
+    with pytest.raises(ValueError, match="query length 3"):
+        rope(torch.randn(1, 1, 3, 4), torch.randn(1, 1, 2, 4))
+
+
+def test_apply_rotary_gradcheck():
+    torch.manual_seed(0)
+    x = torch.randn(1, 2, 3, 4, dtype=torch.float64, requires_grad=True)
+    cos, sin = rotary_angles(3, 4, offset=2, dtype=torch.float64)
+    cos.requires_grad_(True)
+    sin.requires_grad_(True)
+    assert torch.autograd.gradcheck(apply_rotary, (x, cos, sin))
+
+
+# ---------------------------------------------------------------- ALiBi
+
+
+def test_alibi_slopes():
+    assert alibi_slopes(8).tolist() == [2.0**-i for i in range(1, 9)]
+    assert alibi_slopes(4).tolist() == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]
+    # not a power of two: the 4-head slopes, then every other slope of 8 heads
+    assert alibi_slopes(6).tolist() == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+    assert alibi_slopes(1).tolist() == [2.0**-8]
+
+
+def test_alibi_bias_hand_checked_and_end_aligned():
+    bias = alibi_bias(2, 3, 3)
+    distance = torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]])
+    assert bias.shape == (1, 2, 3, 3)
+    torch.testing.assert_close(bias[0, 0], -distance / 16)
+    torch.testing.assert_close(bias[0, 1], -distance / 256)
+    # Tq < Tk: the 2 queries sit at positions 2 and 3 of 4
+    short = alibi_bias(2, 2, 4)
+    torch.testing.assert_close(short[0, 0], -torch.tensor([[2.0, 1, 0, 1], [3, 2, 1, 0]]) / 16)
+    torch.testing.assert_close(short, alibi_bias(2, 4, 4)[:, :, 2:])
+    with pytest.raises(ValueError, match="key_len >= query_len"):
+        alibi_bias(2, 4, 3)
+    with pytest.raises(ValueError, match="num_heads=2"):
+        alibi_bias(2, 3, 3, slopes=torch.ones(3))
+
+
+def test_alibi_layer_with_attention_matches_explicit_softmax():
+    torch.manual_seed(0)
+    layer = ALiBi(4).double()
+    assert layer.state_dict() == {} and layer.slopes.dtype == torch.float64
+    q, k, v = torch.randn(3, 2, 4, 5, 8, dtype=torch.float64)
+    bias = layer(5, 5)
+    torch.testing.assert_close(bias, alibi_bias(4, 5, 5, dtype=torch.float64))
+    out = qkv.attention(q, k, v, mask=bias, causal=True).output
+    scores = q @ k.transpose(-2, -1) / math.sqrt(8) + bias
+    scores = scores.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(out, scores.softmax(-1) @ v)
+    # cached decoding: the last query alone, with the end-aligned bias, gives the last row
+    last = qkv.attention(q[:, :, -1:], k, v, mask=layer(1, 5), causal=True).output
+    torch.testing.assert_close(last, out[:, :, -1:])
+
+
+# ---------------------------------------------------------------- permutation equivariance
+
+
+def _self_attention(x, weights, rope=None):
+    """Single-head self-attention on (B, T, D): Q = X W_q, K = X W_k, V = X W_v."""
+    q, k, v = (x @ w for w in weights)
+    q, k, v = q[:, None], k[:, None], v[:, None]  # (B, 1, T, D)
+    if rope is not None:
+        q, k = rope(q, k)
+    return qkv.attention(q, k, v).output[:, 0]  # (B, T, D)
+
+
+@FEW
+@given(data=st.data(), length=st.integers(2, 7), width=st.sampled_from([4, 8]))
+def test_self_attention_permutation_equivariance_and_positions_break_it(data, length, width):
+    perm = torch.tensor(data.draw(st.permutations(list(range(length)))))
+    seed = data.draw(st.integers(0, 2**16))
+    torch.manual_seed(seed)
+    x = torch.randn(2, length, width, dtype=torch.float64)
+    weights = [torch.randn(width, width, dtype=torch.float64) / width**0.5 for _ in range(3)]
+
+    # without positions: permuting the inputs permutes the outputs the same way
+    out = _self_attention(x, weights)
+    torch.testing.assert_close(_self_attention(x[:, perm], weights), out[:, perm])
+
+    assume(not torch.equal(perm, torch.arange(length)))
+    sinusoidal = SinusoidalPositionalEncoding(width).double()
+    learned = LearnedPositionalEmbedding(length, width).double()
+    torch.nn.init.normal_(learned.embedding.weight)  # unit scale, to see the effect clearly
+    for add_positions in (sinusoidal, learned):
+        out = _self_attention(add_positions(x), weights)
+        permuted = _self_attention(add_positions(x[:, perm]), weights)
+        assert (permuted - out[:, perm]).abs().max() > 1e-3
+    rope = RotaryEmbedding(width).double()
+    out = _self_attention(x, weights, rope)
+    permuted = _self_attention(x[:, perm], weights, rope)
+    assert (permuted - out[:, perm]).abs().max() > 1e-3
