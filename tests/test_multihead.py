@@ -1,0 +1,153 @@
+"""MultiHeadAttention against torch.nn.MultiheadAttention, grouped KV heads, the KV cache."""
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+from qkv.functional import attention, causal_mask, from_key_padding_mask
+from qkv.layers import KVCache, MultiHeadAttention
+
+
+def _pair(batch_first: bool, kdim=None, vdim=None, seed=0):
+    torch.manual_seed(seed)
+    ref = nn.MultiheadAttention(16, 4, batch_first=batch_first, kdim=kdim, vdim=vdim)
+    return ref, MultiHeadAttention.from_torch(ref)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("kind", ["self", "cross", "causal"])
+def test_matches_torch_module_outputs_and_input_gradients(batch_first, kind):
+    cross = kind == "cross"
+    ref, ours = _pair(batch_first, kdim=12 if cross else None, vdim=10 if cross else None)
+    q = torch.randn(3, 5, 16)
+    k = torch.randn(3, 7, 12) if cross else q
+    v = torch.randn(3, 7, 10) if cross else q
+    key_padding = torch.zeros(3, k.shape[1], dtype=torch.bool)
+    key_padding[1, -2:] = True  # PyTorch: True = ignore
+    key_padding[2, -1] = True
+    tq, tk = q.shape[1], k.shape[1]
+    torch_mask = ~causal_mask(tq, tk) if kind == "causal" else None  # PyTorch: True = blocked
+
+    def run_torch(q, k, v):
+        t = (lambda x: x) if batch_first else (lambda x: x.transpose(0, 1))
+        out, _ = ref(
+            t(q), t(k), t(v), key_padding_mask=key_padding, attn_mask=torch_mask, need_weights=False
+        )
+        return t(out)
+
+    def run_ours(q, k, v):
+        keep = from_key_padding_mask(key_padding)  # converted once: True = may attend
+        out, _ = ours(
+            q, k if cross else None, v if cross else None, mask=keep, causal=kind == "causal"
+        )
+        return out
+
+    results = []
+    for fn in (run_torch, run_ours):
+        if cross:
+            inputs = [x.clone().requires_grad_(True) for x in (q, k, v)]
+        else:  # one tensor is query, key and value, so its gradient gathers all three paths
+            inputs = [q.clone().requires_grad_(True)] * 3
+        out = fn(*inputs)
+        out.backward(torch.ones_like(out))
+        results.append((out.detach(), [x.grad for x in inputs if x.grad is not None]))
+    (want, want_grads), (got, got_grads) = results
+    assert torch.allclose(got, want, atol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        assert torch.allclose(g, w, atol=1e-5)
+
+
+def test_weights_match_torch_per_head_and_carry_no_gradient():
+    ref, ours = _pair(True)
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    _, want = ref(x, x, x, need_weights=True, average_attn_weights=False)
+    out, got = ours(x, need_weights=True)
+    assert got.shape == (2, 4, 5, 5)
+    assert torch.allclose(got, want, atol=1e-6)
+    assert not got.requires_grad and out.requires_grad
+
+
+@given(seed=st.integers(0, 1000), num_kv_heads=st.sampled_from([1, 2, 4]), length=st.integers(1, 6))
+def test_grouped_query_attention_shares_kv_heads(seed, num_kv_heads, length):
+    torch.manual_seed(seed)
+    layer = MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads)
+    assert layer.k_proj.out_features == num_kv_heads * 4
+    x = torch.randn(2, length, 16)
+    out, _ = layer(x, causal=True)
+    # the same computation written out: each kv head repeated for its group of query heads
+    q = layer.q_proj(x).view(2, length, 4, 4).transpose(1, 2)
+    k = (
+        layer.k_proj(x)
+        .view(2, length, num_kv_heads, 4)
+        .transpose(1, 2)
+        .repeat_interleave(4 // num_kv_heads, 1)
+    )
+    v = (
+        layer.v_proj(x)
+        .view(2, length, num_kv_heads, 4)
+        .transpose(1, 2)
+        .repeat_interleave(4 // num_kv_heads, 1)
+    )
+    z = attention(q, k, v, causal=True, backend="reference").output
+    expected = layer.out_proj(z.transpose(1, 2).reshape(2, length, 16))
+    assert torch.allclose(out, expected, atol=1e-5)
+
+
+@given(
+    seed=st.integers(0, 1000),
+    num_kv_heads=st.sampled_from([1, 2]),
+    steps=st.lists(st.integers(1, 3), min_size=1, max_size=4),
+)
+def test_kv_cache_step_by_step_equals_full_sequence(seed, num_kv_heads, steps):
+    torch.manual_seed(seed)
+    layer = MultiHeadAttention(8, 2, num_kv_heads=num_kv_heads).eval()
+    total = sum(steps)
+    x = torch.randn(2, total, 8)
+    full, _ = layer(x, causal=True)
+    cache, pieces, start = KVCache(), [], 0
+    for n in steps:  # append one or several positions at a time
+        out, _ = layer(x[:, start : start + n], causal=True, cache=cache)
+        pieces.append(out)
+        start += n
+    assert cache.length == total
+    assert torch.allclose(torch.cat(pieces, 1), full, atol=1e-5)
+
+
+def test_cache_grows_past_its_first_capacity_and_selects_rows():
+    cache = KVCache()
+    for t in range(40):
+        key = torch.full((3, 1, 1, 2), float(t))
+        cache.append(key, key + 100)
+    assert cache.key.shape == (3, 1, 40, 2)
+    assert cache.key[0, 0, :, 0].tolist() == [float(t) for t in range(40)]
+    picked = cache.select(torch.tensor([2, 2, 0]))
+    assert picked.length == 40 and picked.value.shape == (3, 1, 40, 2)
+    assert torch.equal(picked.value[0], cache.value[2])
+
+
+def test_cross_attention_with_static_kv_equals_passing_memory():
+    torch.manual_seed(4)
+    layer = MultiHeadAttention(8, 2, kdim=6, vdim=6).eval()
+    memory, q = torch.randn(2, 5, 6), torch.randn(2, 3, 8)
+    direct, _ = layer(q, memory, memory)
+    static = layer.project_kv(memory)
+    cached, _ = layer(q, cache=static)
+    assert torch.allclose(direct, cached, atol=1e-6)
+
+
+def test_layer_errors_name_the_problem():
+    with pytest.raises(ValueError, match="d_model=10 is not divisible by num_heads=4"):
+        MultiHeadAttention(10, 4)
+    with pytest.raises(ValueError, match="num_heads=4 is not divisible by num_kv_heads=3"):
+        MultiHeadAttention(8, 4, num_kv_heads=3)
+    layer = MultiHeadAttention(8, 2)
+    with pytest.raises(ValueError, match=r"query must be \(B, Tq, 8\)"):
+        layer(torch.randn(2, 3, 6))
+    with pytest.raises(ValueError, match=r"key must be \(B, Tk, 8\)"):
+        layer(torch.randn(2, 3, 8), torch.randn(2, 3, 5), torch.randn(2, 3, 5))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        layer(torch.randn(2, 3, 8), mask=torch.ones(2, 3, 4, dtype=torch.bool))
+    with pytest.raises(TypeError, match="torch.nn.MultiheadAttention"):
+        MultiHeadAttention.from_torch(nn.Linear(2, 2))
