@@ -1,0 +1,199 @@
+"""Attention speed and memory, every implementation side by side in one run.
+
+    python -m benchmarks.attention            # full table, T = 256 ... 8192 (about 15 min)
+    python -m benchmarks.attention --quick    # T = 256 ... 1024
+
+fp32, B=1, H=8, Dh=64, causal and not: forward and forward+backward time, achieved GFLOP/s
+and peak extra memory of qkv ``auto``/``reference``/``chunked`` against PyTorch's
+``scaled_dot_product_attention`` and a naive three-line implementation; then
+``torch.nn.MultiheadAttention`` against qkv's ``MultiHeadAttention`` (d_model 512, 8 heads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+
+import torch
+import torch.nn.functional as F
+
+import qkv
+from benchmarks.common import machine, matmul_gflops, peak_memory_mib, table, timed
+
+HEADS, HEAD_DIM = 8, 64
+
+
+def naive(q, k, v, causal):
+    """The three lines from the textbook (plus the causal mask)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        scores = scores.masked_fill(~qkv.causal_mask(q.shape[-2], device=q.device), float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
+IMPLEMENTATIONS = {
+    "torch sdpa": lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+    "naive": naive,
+    "qkv auto": lambda q, k, v, causal: qkv.attention(q, k, v, causal=causal).output,
+    "qkv reference": lambda q, k, v, causal: (
+        qkv.attention(q, k, v, causal=causal, backend="reference").output
+    ),
+    "qkv chunked": lambda q, k, v, causal: (
+        qkv.attention(q, k, v, causal=causal, backend="chunked").output
+    ),
+}
+
+
+def _inputs(length: int, grad: bool):
+    gen = torch.Generator().manual_seed(0)
+    return [
+        torch.randn(1, HEADS, length, HEAD_DIM, generator=gen, requires_grad=grad) for _ in range(3)
+    ]
+
+
+def _forward_backward(name: str, length: int, causal: bool):
+    q, k, v = _inputs(length, grad=True)
+    grad = torch.randn(1, HEADS, length, HEAD_DIM)
+    fn = IMPLEMENTATIONS[name]
+
+    def run():
+        out = fn(q, k, v, causal)
+        out.backward(grad)
+        q.grad = k.grad = v.grad = None
+
+    return run
+
+
+def _forward(name: str, length: int, causal: bool):
+    q, k, v = _inputs(length, grad=False)
+    fn = IMPLEMENTATIONS[name]
+
+    def run():
+        with torch.no_grad():
+            fn(q, k, v, causal)
+
+    return run
+
+
+def attention_table(lengths: list[int], memory: bool) -> str:
+    rows = []
+    for causal in (False, True):
+        for length in lengths:
+            # two matmuls of T x T x Dh per head; backward does 2.5x the forward's work
+            flops = 4 * HEADS * length * length * HEAD_DIM * (0.5 if causal else 1.0)
+            baseline = {}
+            for name in IMPLEMENTATIONS:
+                repeats = 3 if length <= 2048 else 1
+                fwd = timed(_forward(name, length, causal), repeats=repeats)
+                both = timed(_forward_backward(name, length, causal), repeats=repeats)
+                mem = None
+                if memory and not causal:
+                    mem = peak_memory_mib(
+                        functools.partial(_forward_backward, name, length, causal)
+                    )
+                baseline.setdefault("fwd", fwd)
+                baseline.setdefault("both", both)
+                rows.append(
+                    [
+                        "yes" if causal else "no",
+                        length,
+                        name,
+                        fwd * 1e3,
+                        flops / fwd / 1e9,
+                        both * 1e3,
+                        3.5 * flops / both / 1e9,
+                        both / baseline["both"],
+                        mem,
+                    ]
+                )
+                print(
+                    f"  causal={causal} T={length} {name}: fwd {fwd * 1e3:.1f} ms, fwd+bwd {both * 1e3:.1f} ms, mem {mem}",
+                    flush=True,
+                )
+    headers = [
+        "causal",
+        "T",
+        "implementation",
+        "fwd ms",
+        "fwd GFLOP/s",
+        "fwd+bwd ms",
+        "fwd+bwd GFLOP/s",
+        "fwd+bwd / sdpa",
+        "peak MiB (fwd+bwd)",
+    ]
+    return table(headers, rows)
+
+
+def multihead_table(batch: int = 8, length: int = 256, d_model: int = 512, heads: int = 8) -> str:
+    torch.manual_seed(0)
+    reference = torch.nn.MultiheadAttention(d_model, heads, batch_first=True)
+    ours = qkv.MultiHeadAttention.from_torch(reference)
+    x = torch.randn(batch, length, d_model, requires_grad=True)
+    grad = torch.randn(batch, length, d_model)
+
+    def step(module, need_weights, causal):
+        def run():
+            if module is reference:
+                mask = (
+                    qkv.causal_mask(length).logical_not() if causal else None
+                )  # PyTorch: True = blocked
+                out, _ = reference(
+                    x, x, x, need_weights=need_weights, attn_mask=mask, average_attn_weights=False
+                )
+            else:
+                out, _ = ours(x, need_weights=need_weights, causal=causal)
+            out.backward(grad)
+            x.grad = None
+            for p in module.parameters():
+                p.grad = None
+
+        return run
+
+    rows = []
+    for causal in (False, True):
+        for need_weights in (False, True):
+            t_ref = timed(step(reference, need_weights, causal), repeats=5)
+            t_ours = timed(step(ours, need_weights, causal), repeats=5)
+            rows.append(
+                [
+                    "yes" if causal else "no",
+                    "yes" if need_weights else "no",
+                    t_ref * 1e3,
+                    t_ours * 1e3,
+                    t_ours / t_ref,
+                ]
+            )
+    headers = [
+        "causal",
+        "need_weights",
+        "nn.MultiheadAttention ms",
+        "qkv MultiHeadAttention ms",
+        "qkv / torch",
+    ]
+    return f"forward+backward, B={batch}, T={length}, d_model={d_model}, {heads} heads\n\n" + table(
+        headers, rows
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="T = 256..1024 only")
+    parser.add_argument("--lengths", type=int, nargs="*", help="sequence lengths to measure")
+    parser.add_argument("--no-memory", action="store_true", help="skip the (slow) peak-memory runs")
+    args = parser.parse_args()
+    lengths = args.lengths or (
+        [256, 512, 1024] if args.quick else [256, 512, 1024, 2048, 4096, 8192]
+    )
+    print(f"machine: {machine()}")
+    print(f"fp32 matmul ceiling: {matmul_gflops():.0f} GFLOP/s (2048 x 2048)\n", flush=True)
+    print(f"## attention, fp32, B=1, H={HEADS}, Dh={HEAD_DIM}\n")
+    print(attention_table(lengths, memory=not args.no_memory))
+    print("\n## multi-head attention layer\n")
+    print(multihead_table())
+
+
+if __name__ == "__main__":
+    main()

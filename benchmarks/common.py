@@ -1,0 +1,105 @@
+"""Shared helpers for the benchmarks: timing, peak memory, tables, machine description."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import platform
+import resource
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["timed", "peak_memory_mib", "machine", "table", "matmul_gflops"]
+
+
+def timed(
+    fn: Callable[[], object], *, repeats: int = 3, warmup: int = 1, min_seconds: float = 0.0
+) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    while len(times) < repeats or sum(times) < min_seconds:
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _child(target: Callable[[], Callable[[], object]], queue: mp.Queue) -> None:
+    try:
+        fn = target()  # builds inputs; what it allocates is the baseline
+        baseline = _rss_mib()
+        fn()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
+        queue.put(max(0.0, peak - baseline))
+    except Exception as error:  # report, don't hang the parent
+        queue.put(f"error: {error}")
+
+
+def peak_memory_mib(target: Callable[[], Callable[[], object]]) -> float | None:
+    """Peak extra resident memory (MiB) of one call, measured in a fresh process.
+
+    ``target`` is a picklable zero-argument function that builds the inputs and returns the
+    call to measure; memory allocated while building inputs is not counted.  CPU PyTorch has
+    no allocator statistics, so a fresh process and its high-water mark stand in for them."""
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_child, args=(target, queue))
+    process.start()
+    result = queue.get()
+    process.join()
+    return result if isinstance(result, float) else None
+
+
+def matmul_gflops(size: int = 2048, dtype: torch.dtype = torch.float32) -> float:
+    """This machine's fp32 matrix-multiply rate: the ceiling for attention's FLOPs."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    seconds = timed(lambda: a @ b, repeats=5)
+    return 2 * size**3 / seconds / 1e9
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return (
+        f"{cpu}; {os.cpu_count()} cores; torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads); Python {platform.python_version()}"
+    )
+
+
+def table(headers: list[str], rows: list[list[object]]) -> str:
+    """A Markdown table (prints well in a terminal and pastes into docs/benchmarks.md)."""
+    cells = [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    line = lambda items: "| " + " | ".join(s.rjust(w) for s, w in zip(items, widths)) + " |"  # noqa: E731
+    out = [line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    return "\n".join(out + [line(r) for r in cells])
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    return "—" if value is None else str(value)
+
+
+def dump_json(path: str, payload: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2)

@@ -1,0 +1,40 @@
+"""Attention plots are written as real PNG files, and bad shapes are refused clearly."""
+
+import pytest
+import torch
+from PIL import Image
+
+from qkv.plotting import plot_alignment, plot_alignment_grid, plot_image_attention
+
+
+def test_alignment_heatmap_is_a_png(tmp_path):
+    weights = torch.softmax(torch.randn(4, 6), -1)
+    path = plot_alignment(
+        weights, list("source"), ["w1", "w2", "w3", "</s>"], tmp_path / "a.png", title="t"
+    )
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.size[0] > 100
+
+
+def test_grid_and_overlay_are_pngs(tmp_path):
+    grid = plot_alignment_grid(
+        torch.softmax(torch.randn(3, 2, 4), -1), list("abcd"), ["x", "y"], tmp_path / "g.png"
+    )
+    overlay = plot_image_attention(
+        torch.rand(3, 32, 32),
+        ["a", "red", "square"],
+        torch.softmax(torch.randn(3, 16), -1),
+        tmp_path / "o.png",
+    )
+    for path in (grid, overlay):
+        with Image.open(path) as image:
+            assert image.format == "PNG"
+
+
+def test_mismatched_labels_and_grids_raise():
+    with pytest.raises(ValueError, match="do not match 2 target and 3 source"):
+        plot_alignment(torch.rand(2, 4), list("abc"), ["x", "y"], "/tmp/never.png")
+    with pytest.raises(ValueError, match="do not form a 3x3 grid"):
+        plot_image_attention(
+            torch.rand(3, 8, 8), ["a"], torch.rand(1, 8), "/tmp/never.png", grid=(3, 3)
+        )
