@@ -116,19 +116,27 @@ def read_ztext(module_dir: str | Path, testament: str) -> list[str]:
     return texts
 
 
-# Notes (footnotes, cross-references) and headings are not part of the verse text.
-_DROPPED_ELEMENTS = re.compile(r"<(note|title)\b[^>]*(?<!/)>.*?</\1\s*>", re.DOTALL)
+# Notes (footnotes, cross-references) are never verse text; titles are headings unless the
+# caller knows better (a title inside a verse entry may be scripture, like a psalm's).
+_NOTES = re.compile(r"<note\b[^>]*(?<!/)>.*?</note\s*>", re.DOTALL)
+_TITLES = re.compile(r"<title\b[^>]*(?<!/)>.*?</title\s*>", re.DOTALL)
 # Line, paragraph and division markers separate words; inline tags (<w>, <q>...) do not.
 _SEPARATING_TAGS = re.compile(r"</?(?:l|lb|lg|p|div|chapter|milestone|br)\b[^>]*>")
 _ANY_TAG = re.compile(r"<[^>]*>")
+# USFM character markers the OSIS conversion left behind in a few verses, e.g. "\\nd LORD".
+_USFM_MARKER = re.compile(r"\\\+?[a-z]+\d*\*?")
 _WHITESPACE = re.compile(r"\s+")
 
 
-def osis_to_text(markup: str) -> str:
-    """Plain text of an OSIS fragment: notes and titles dropped, tags stripped, entities
-    unescaped, whitespace collapsed, and the KJV paragraph mark ``¶`` removed."""
-    text = _DROPPED_ELEMENTS.sub("", markup)
+def osis_to_text(markup: str, *, keep_titles: bool = False) -> str:
+    """Plain text of an OSIS fragment: notes and (unless ``keep_titles``) titles dropped,
+    tags stripped, entities unescaped, whitespace collapsed, and the KJV paragraph mark
+    ``¶`` and stray USFM markers (``\\nd``) removed."""
+    text = _NOTES.sub("", markup)
+    if not keep_titles:
+        text = _TITLES.sub("", text)
     text = _SEPARATING_TAGS.sub(" ", text)
     text = _ANY_TAG.sub("", text)
+    text = _USFM_MARKER.sub("", text)
     text = html.unescape(text).replace("\u00b6", " ")
     return _WHITESPACE.sub(" ", text).strip()

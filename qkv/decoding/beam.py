@@ -94,7 +94,12 @@ def beam_search(
     for step in range(1, max_len + 1):
         output = check_step(model.step(tokens, state), batch_size * k, need_attention)
         vocab_size = output.log_probs.shape[-1]
-        log_probs = output.log_probs.view(batch_size, k, vocab_size)
+        if not (0 <= pad_id < vocab_size and 0 <= eos_id < vocab_size):
+            raise ValueError(
+                f"pad_id={pad_id} and eos_id={eos_id} must be token ids below the model's "
+                f"vocabulary size {vocab_size}"
+            )
+        log_probs = output.log_probs.reshape(batch_size, k, vocab_size)
 
         candidates = scores.unsqueeze(-1) + log_probs  # (B, K, V)
         # A finished slot offers one candidate, itself with its frozen score, under pad_id.
@@ -102,9 +107,8 @@ def beam_search(
         frozen[..., pad_id] = scores
         candidates = torch.where(finished.unsqueeze(-1), frozen, candidates)
         candidate_lengths = torch.where(finished, lengths, step)  # (B, K)
-        ranking = candidates / length_penalty_factor(candidate_lengths, length_penalty).unsqueeze(
-            -1
-        ).to(candidates.dtype)
+        penalty = length_penalty_factor(candidate_lengths.to(candidates.dtype), length_penalty)
+        ranking = candidates / penalty.unsqueeze(-1)
 
         _, best = ranking.view(batch_size, k * vocab_size).topk(k, dim=-1)  # (B, K)
         origin = torch.div(best, vocab_size, rounding_mode="floor")  # (B, K) slot it extends
@@ -117,7 +121,7 @@ def beam_search(
         history_tokens.append(chosen)
         history_origins.append(origin)
         if need_attention:
-            attention = output.attention.view(batch_size, k, -1)
+            attention = output.attention.reshape(batch_size, k, -1)
             history_attention.append(attention.gather(1, _expand_like(origin, attention)))
         # Dead slots (score -inf, possible when K exceeds the live candidates) count as done.
         if bool((finished | scores.isneginf()).all()):
@@ -126,7 +130,7 @@ def beam_search(
         state = select_state(output.state, rows)
         tokens = chosen.view(-1)
 
-    ranking = scores / length_penalty_factor(lengths, length_penalty).to(scores.dtype)
+    ranking = scores / length_penalty_factor(lengths.to(scores.dtype), length_penalty)
     order = ranking.argsort(dim=-1, descending=True, stable=True)[:, :num_return]  # (B, n)
     return _backtrack(
         order,

@@ -35,8 +35,9 @@ def greedy_search(
 
     Each sequence starts from ``bos_id``; a sequence stops when it emits ``eos_id`` (later
     steps feed it ``pad_id`` and leave it unchanged) and every sequence stops after
-    ``max_len`` generated tokens, EOS included. Ties between equally probable tokens are
-    broken by :func:`torch.topk`, as in :func:`beam_search`, so ``beam_size=1`` agrees.
+    ``max_len`` generated tokens, EOS included. The next token is picked with
+    :func:`torch.topk`, as in :func:`beam_search`, so ``beam_size=1`` gives the same tokens
+    and scores (barring candidates whose scores tie exactly in floating point).
 
     Shapes: source (B, S) token ids or (B, C, H, W) images -> B hypotheses; with
     ``need_attention`` each carries a (len(tokens), S) attention tensor.

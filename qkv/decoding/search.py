@@ -81,9 +81,12 @@ def length_penalty_factor(length: Tensor, alpha: float) -> Tensor:
     gives a factor of exactly 1 (rank by the raw sum of log-probabilities); larger
     ``alpha`` favours longer hypotheses, since the (negative) sums are divided by more.
 
-    Shapes: length (...) integer or float tensor -> (...) float tensor.
+    Shapes: length (...) integer or float tensor -> (...) float tensor (float32 for integer
+    lengths, else the lengths' dtype).
     """
-    return ((5.0 + length.float()) / 6.0) ** alpha
+    if not length.is_floating_point():
+        length = length.float()
+    return ((5.0 + length) / 6.0) ** alpha
 
 
 def check_model(model: object) -> None:
