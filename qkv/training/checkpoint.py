@@ -1,0 +1,318 @@
+"""Checkpoints: what a run leaves behind, written so that a crash never corrupts one.
+
+A run directory looks like::
+
+    out_dir/
+      log.jsonl
+      last.json                  {"checkpoint": "checkpoints/step-000120", "step": 120}
+      best.json                  {"checkpoint": "checkpoints/step-000100", "step": 100, ...}
+      checkpoints/step-000120/
+        model.safetensors        the weights
+        config.json              {"model_type", "model", "metadata", "tokenizers", "step", ...}
+        tokenizer_<name>.json    one per tokenizer (e.g. source, target)
+        trainer_state.pt         optimizer, schedule, position, RNG states (for resume)
+
+A checkpoint directory is written whole under a temporary name and renamed into place; only
+then do the pointer files move to it (each replaced atomically), and only then are older
+directories pruned.  So ``last.json`` / ``best.json`` always name a complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..models.registry import build_model, config_to_dict, model_type_of
+from .files import fsync_directory, fsync_tree, read_json, write_json_atomic
+
+__all__ = [
+    "Checkpoint",
+    "save_checkpoint",
+    "load_checkpoint",
+    "load_weights",
+    "load_trainer_state",
+    "read_pointer",
+    "resolve_checkpoint",
+    "WEIGHTS_FILE",
+    "CONFIG_FILE",
+    "TRAINER_STATE_FILE",
+]
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+TRAINER_STATE_FILE = "trainer_state.pt"
+CHECKPOINTS = "checkpoints"
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint.  ``model`` is in eval mode on ``map_location``; ``config`` is its
+    frozen config dataclass (``model.config``)."""
+
+    model: nn.Module
+    model_type: str
+    config: Any
+    metadata: dict[str, Any]
+    tokenizers: dict[str, Any]
+    directory: Path
+    step: int | None = None
+
+
+def save_checkpoint(
+    out_dir: str | Path,
+    model: nn.Module,
+    *,
+    step: int,
+    metadata: Mapping[str, Any] | None = None,
+    tokenizers: Mapping[str, Any] | None = None,
+    trainer_state: dict[str, Any] | None = None,
+    best: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``out_dir/checkpoints/step-<step>/`` whole, then point ``last.json`` at it (and
+    ``best.json`` when ``best`` is given: extra fields such as the metric and its value),
+    then delete step directories that neither pointer names.  Returns the new directory."""
+    out_dir = Path(out_dir)
+    parent = out_dir / CHECKPOINTS
+    parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(parent)
+    final = parent / f"step-{step:06d}"
+    if final.exists():
+        if final.resolve() in _pointed_to(out_dir):
+            raise ValueError(f"refusing to overwrite {final}: a pointer in {out_dir} names it")
+        shutil.rmtree(final)  # complete but unnamed: a crash hit between rename and pointer
+    temporary = parent / f".tmp-step-{step:06d}-{os.getpid()}"
+    _write_directory(temporary, model, step, metadata, tokenizers, trainer_state)
+    os.replace(temporary, final)
+    fsync_directory(parent)
+    pointer = {"checkpoint": f"{CHECKPOINTS}/{final.name}", "step": step}
+    # last first: a crash between the two leaves best naming an older checkpoint, never
+    # best naming one that a resumed run (from last) would have to write again
+    write_json_atomic(out_dir / "last.json", pointer)
+    if best is not None:
+        write_json_atomic(out_dir / "best.json", {**best, **pointer})
+    _prune(out_dir)
+    return final
+
+
+def read_pointer(out_dir: str | Path, name: str) -> Path | None:
+    """The checkpoint directory that ``out_dir/<name>.json`` names, or None if no pointer."""
+    out_dir = Path(out_dir)
+    pointer_file = out_dir / f"{name}.json"
+    if not pointer_file.exists():
+        return None
+    pointer = read_json(pointer_file, what="checkpoint pointer")
+    if not isinstance(pointer, dict) or not isinstance(pointer.get("checkpoint"), str):
+        raise ValueError(f"checkpoint pointer {pointer_file} has no 'checkpoint' entry")
+    directory = out_dir / pointer["checkpoint"]
+    if not (directory / CONFIG_FILE).is_file():
+        raise ValueError(f"{pointer_file} names {directory}, which is not a checkpoint")
+    return directory
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint directory from a run directory (its best, else its last) or itself."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"checkpoint path {path} does not exist or is not a directory")
+    if (path / CONFIG_FILE).is_file():
+        return path
+    for name in ("best", "last"):
+        directory = read_pointer(path, name)
+        if directory is not None:
+            return directory
+    raise ValueError(
+        f"{path} is neither a checkpoint (no {CONFIG_FILE}) nor a run directory "
+        "(no best.json or last.json)"
+    )
+
+
+def load_checkpoint(
+    path: str | Path,
+    *,
+    map_location: str | torch.device = "cpu",
+    expect_type: str | None = None,
+    load_tokenizers: bool = True,
+) -> Checkpoint:
+    """Rebuild the model of a checkpoint (run directory or step directory) with its weights,
+    metadata and tokenizers.  ``expect_type`` refuses a checkpoint of another model type."""
+    directory = resolve_checkpoint(path)
+    config = read_json(directory / CONFIG_FILE, what="checkpoint config")
+    for key in ("model_type", "model"):
+        if key not in config:
+            raise ValueError(f"checkpoint config {directory / CONFIG_FILE} has no {key!r} entry")
+    model_type = config["model_type"]
+    if expect_type is not None and model_type != expect_type:
+        raise ValueError(
+            f"{directory} holds a {model_type!r} model, not the {expect_type!r} expected"
+        )
+    try:
+        model = build_model(model_type, config["model"])
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"cannot rebuild the model of {directory / CONFIG_FILE}: {error}"
+        ) from None
+    load_weights(model, directory, map_location=map_location)
+    model.eval()
+    tokenizers = {}
+    if load_tokenizers and config.get("tokenizers"):
+        from ..data.tokenizers import load_tokenizer  # pulls in HF tokenizers: only when needed
+
+        for name, file_name in config["tokenizers"].items():
+            tokenizers[name] = load_tokenizer(directory / file_name)
+    return Checkpoint(
+        model=model,
+        model_type=model_type,
+        config=model.config,
+        metadata=config.get("metadata", {}),
+        tokenizers=tokenizers,
+        directory=directory,
+        step=config.get("step"),
+    )
+
+
+def load_weights(
+    model: nn.Module, directory: str | Path, *, map_location: str | torch.device = "cpu"
+) -> None:
+    """Copy a checkpoint's weights into ``model`` (moved to ``map_location``), after checking
+    that every tensor name and shape matches."""
+    weights_file = Path(directory) / WEIGHTS_FILE
+    if not weights_file.is_file():
+        raise ValueError(f"checkpoint weights {weights_file} are missing")
+    device = str(torch.device(map_location))
+    try:
+        stored = load_file(str(weights_file), device=device)
+        aliases = _read_aliases(weights_file)
+    except Exception as error:  # safetensors raises its own error types for corrupt files
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(f"checkpoint weights {weights_file} are corrupt ({message})") from None
+    for alias, original in aliases.items():
+        stored[alias] = stored[original]
+    _check_matches(model, stored, weights_file)
+    model.to(device)
+    model.load_state_dict(stored, strict=True)
+
+
+def load_trainer_state(directory: str | Path, *, map_location: str | torch.device = "cpu") -> dict:
+    state_file = Path(directory) / TRAINER_STATE_FILE
+    if not state_file.is_file():
+        raise ValueError(f"trainer state {state_file} is missing; this checkpoint cannot resume")
+    try:
+        return torch.load(state_file, map_location=map_location, weights_only=True)
+    except Exception as error:
+        raise ValueError(f"trainer state {state_file} is corrupt ({error})") from None
+
+
+def _write_directory(directory, model, step, metadata, tokenizers, trainer_state) -> None:
+    from .. import __version__
+
+    directory.mkdir(parents=True)
+    tensors, aliases = _tensors_for_saving(model)
+    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"aliases": _encode(aliases)})
+    tokenizer_files = {}
+    for name, tokenizer in (tokenizers or {}).items():
+        tokenizer_files[name] = f"tokenizer_{name}.json"
+        tokenizer.save(directory / tokenizer_files[name])
+    config = {
+        "model_type": model_type_of(model),
+        "model": config_to_dict(model.config),
+        "metadata": dict(metadata or {}),
+        "tokenizers": tokenizer_files,
+        "step": step,
+        "qkv_version": __version__,
+    }
+    write_json_atomic(directory / CONFIG_FILE, config)
+    if trainer_state is not None:
+        torch.save(trainer_state, directory / TRAINER_STATE_FILE)
+    fsync_tree(directory)
+
+
+def _tensors_for_saving(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The state dict on CPU, each shared tensor (tied weights) stored once, the other names
+    kept as aliases: safetensors refuses tensors that share memory."""
+    tensors: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple, str] = {}
+    for name, tensor in model.state_dict().items():
+        key = (
+            tensor.untyped_storage().data_ptr(),
+            tensor.storage_offset(),
+            tuple(tensor.shape),
+            tuple(tensor.stride()),
+            tensor.dtype,
+        )
+        if key in seen:
+            aliases[name] = seen[key]
+            continue
+        seen[key] = name
+        tensors[name] = tensor.detach().to("cpu").contiguous().clone()
+    return tensors, aliases
+
+
+def _encode(aliases: dict[str, str]) -> str:
+    return ";".join(f"{alias}={original}" for alias, original in aliases.items())
+
+
+def _read_aliases(weights_file: Path) -> dict[str, str]:
+    from safetensors import safe_open
+
+    with safe_open(str(weights_file), framework="pt") as handle:
+        text = (handle.metadata() or {}).get("aliases", "")
+    return dict(entry.split("=", 1) for entry in text.split(";") if entry)
+
+
+def _check_matches(model: nn.Module, stored: dict[str, torch.Tensor], weights_file: Path) -> None:
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    found = {name: tuple(t.shape) for name, t in stored.items()}
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected))
+    mismatched = [
+        f"{name} {found[name]} in the file vs {expected[name]} in the model"
+        for name in sorted(set(expected) & set(found))
+        if expected[name] != found[name]
+    ]
+    problems = []
+    if mismatched:
+        problems.append("shape mismatch: " + "; ".join(mismatched[:3]))
+    if missing:
+        problems.append(f"missing tensors {missing[:3]}")
+    if unexpected:
+        problems.append(f"unexpected tensors {unexpected[:3]}")
+    if problems:
+        raise ValueError(
+            f"weights {weights_file} do not match the model config beside them: "
+            + ", ".join(problems)
+        )
+
+
+def _pointed_to(out_dir: Path) -> set[Path]:
+    """The directories named by the pointers (raises if a pointer cannot be read)."""
+    named = set()
+    for name in ("last", "best"):
+        directory = read_pointer(out_dir, name)
+        if directory is not None:
+            named.add(directory.resolve())
+    return named
+
+
+def _prune(out_dir: Path) -> None:
+    try:
+        keep = _pointed_to(out_dir)
+    except ValueError:
+        return  # an unreadable pointer: deleting nothing is the safe choice
+    for directory in (out_dir / CHECKPOINTS).glob("step-*"):
+        if directory.is_dir() and directory.resolve() not in keep:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _remove_leftovers(parent: Path) -> None:
+    """Temporary directories of writes that crashed half-way."""
+    for directory in parent.glob(".tmp-step-*"):
+        shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,120 @@
+"""TrainConfig: every knob of the shared trainer, validated when it is made."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TrainConfig", "SCHEDULES", "RESUME_MAY_CHANGE"]
+
+SCHEDULES = ("inverse_sqrt", "cosine")
+DEVICES = ("auto", "cpu", "cuda")
+
+#: Fields a resumed run may change: budgets and bookkeeping.  Every other field shapes the
+#: optimisation itself, so resuming with a different value is refused.
+RESUME_MAY_CHANGE = frozenset(
+    {"epochs", "max_steps", "max_minutes", "validate_every", "patience", "log_every", "device"}
+)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train.  A *step* is one optimizer update (``accumulate`` batches per rank).
+
+    lr: peak learning rate, reached at the end of warm-up.
+    schedule: "inverse_sqrt" (Vaswani et al. 2017: linear warm-up then lr * sqrt(warmup/step))
+        or "cosine" (linear warm-up then half a cosine down to ``min_lr`` at the last step).
+    warmup_steps: steps of linear warm-up (0 = none).
+    min_lr: the floor of the cosine schedule.
+    weight_decay: AdamW decoupled weight decay, applied to matrices (not biases or norms).
+    betas: AdamW's (beta1, beta2).
+    label_smoothing: epsilon of label-smoothed cross-entropy (0 = plain cross-entropy).
+    clip_norm: clip the global gradient norm to this (0 = no clipping).
+    accumulate: batches whose gradients are summed into one step.
+    bf16: run forward passes under bfloat16 autocast.
+    max_tokens: the token budget of one batch (given to the batch sampler).
+    epochs / max_steps / max_minutes: budgets; training stops at the first one reached
+        (None = unlimited, but at least one must be set).
+    validate_every: validate and checkpoint every this many steps (0 = only at epoch ends),
+        and always at each epoch end and when training stops.
+    patience: stop after this many validations without improvement (None = never).  The
+        metric is "bleu" (higher is better) when the evaluate callback returns one, else the
+        validation loss (lower is better).
+    seed: seeds model initialisation (see ``seed_everything``), dropout and data order.
+    log_every: log training loss, lr and throughput every this many steps.
+    device: "auto" (cuda when available), "cpu" or "cuda".
+    """
+
+    lr: float = 5e-4
+    schedule: str = "inverse_sqrt"
+    warmup_steps: int = 4000
+    min_lr: float = 0.0
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.98)
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0
+    accumulate: int = 1
+    bf16: bool = False
+    max_tokens: int = 4096
+    epochs: int | None = 10
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    validate_every: int = 1000
+    patience: int | None = None
+    seed: int = 0
+    log_every: int = 100
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.betas, list):
+            object.__setattr__(self, "betas", tuple(self.betas))
+        _check_positive_finite("lr", self.lr)
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule={self.schedule!r} is unknown; use one of {SCHEDULES}")
+        _check_int("warmup_steps", self.warmup_steps, minimum=0)
+        if not 0.0 <= self.min_lr <= self.lr:
+            raise ValueError(f"min_lr={self.min_lr} must lie in [0, lr={self.lr}]")
+        if not 0.0 <= self.weight_decay < 1.0:
+            raise ValueError(f"weight_decay={self.weight_decay} must lie in [0, 1)")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas={self.betas} must be two numbers in [0, 1)")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing={self.label_smoothing} must lie in [0, 1)")
+        if not (self.clip_norm >= 0.0 and math.isfinite(self.clip_norm)):
+            raise ValueError(f"clip_norm={self.clip_norm} must be >= 0 (0 turns clipping off)")
+        _check_int("accumulate", self.accumulate, minimum=1)
+        _check_int("max_tokens", self.max_tokens, minimum=1)
+        if self.epochs is not None:
+            _check_int("epochs", self.epochs, minimum=1)
+        if self.max_steps is not None:
+            _check_int("max_steps", self.max_steps, minimum=1)
+        if self.max_minutes is not None:
+            _check_positive_finite("max_minutes", self.max_minutes)
+        if self.epochs is None and self.max_steps is None and self.max_minutes is None:
+            raise ValueError("set at least one budget: epochs, max_steps or max_minutes")
+        if self.schedule == "cosine" and self.epochs is None and self.max_steps is None:
+            raise ValueError("schedule='cosine' needs a known length: set max_steps or epochs")
+        _check_int("validate_every", self.validate_every, minimum=0)
+        if self.patience is not None:
+            _check_int("patience", self.patience, minimum=1)
+        _check_int("seed", self.seed, minimum=0)
+        _check_int("log_every", self.log_every, minimum=1)
+        if self.device not in DEVICES:
+            raise ValueError(f"device={self.device!r} is unknown; use one of {DEVICES}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}={value!r} must be an int")
+    if value < minimum:
+        raise ValueError(f"{name}={value} must be >= {minimum}")
+
+
+def _check_positive_finite(name: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}={value!r} must be a positive finite number")

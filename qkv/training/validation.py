@@ -1,0 +1,69 @@
+"""Validation: the loss over held-out data, and which metric decides the best model."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..data.batch import PAD_ID
+from .distributed import DistributedContext, all_reduce_sum
+from .loss import sequence_loss
+from .state import BatchSampler, TrainerState, TrainingData
+
+__all__ = ["validation_loss", "choose_metric", "improves", "update_best"]
+
+#: Metrics where larger is better; every other metric (losses) is better when smaller.
+HIGHER_IS_BETTER = frozenset({"bleu", "chrf", "accuracy"})
+
+
+def validation_loss(
+    model: nn.Module,
+    data: TrainingData,
+    batches: BatchSampler,
+    context: DistributedContext,
+) -> dict[str, float]:
+    """Mean cross-entropy per target token (no label smoothing) and its perplexity.
+
+    Each rank scores every world_size-th batch; the sums are added over ranks, so every
+    rank returns the same numbers.  Call in eval mode under ``torch.no_grad()``.
+    """
+    sums = torch.zeros(2, dtype=torch.float64, device=context.device)
+    for indices in batches.batches(0)[context.rank :: context.world_size]:
+        batch = data.collate(indices).to(context.device)
+        output = model(batch.source, batch.target_input)
+        loss_sum, tokens = sequence_loss(output.logits, batch.target_output, pad_id=PAD_ID)
+        sums += torch.stack([loss_sum.double(), tokens.double()])
+    loss_sum, tokens = all_reduce_sum(sums, context).tolist()
+    if tokens == 0:
+        raise ValueError("the validation data has no target tokens")
+    loss = loss_sum / tokens
+    return {"valid_loss": loss, "valid_ppl": math.exp(min(loss, 700.0))}
+
+
+def choose_metric(metrics: dict[str, float]) -> str:
+    """BLEU when the evaluate callback reports it, else the validation loss."""
+    return "bleu" if "bleu" in metrics else "valid_loss"
+
+
+def improves(metric: str, value: float, best: float | None) -> bool:
+    """Whether ``value`` beats ``best`` (NaN never does)."""
+    if math.isnan(value):
+        return False
+    if best is None:
+        return True
+    return value > best if metric in HIGHER_IS_BETTER else value < best
+
+
+def update_best(state: TrainerState, metrics: dict[str, float]) -> bool:
+    """Track the best validation and the validations since; True when this one is the best."""
+    state.best_metric = state.best_metric or choose_metric(metrics)
+    value = metrics.get(state.best_metric)
+    if value is None:
+        raise ValueError(f"validation stopped reporting {state.best_metric!r}: got {metrics}")
+    if improves(state.best_metric, value, state.best_value):
+        state.best_value, state.best_step, state.bad_validations = value, state.step, 0
+        return True
+    state.bad_validations += 1
+    return False

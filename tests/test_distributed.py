@@ -1,0 +1,113 @@
+"""Multi-process training: two gloo processes on CPU equal one process with both batches."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from qkv.training import TrainConfig, load_checkpoint, seed_everything, setup_distributed, train
+from qkv.training.distributed import resolve_device
+from tests.train_worker import (
+    FixedBatches,
+    ToyConfig,
+    ToySeq2Seq,
+    distributed_batches,
+    distributed_data,
+    distributed_worker,
+    parameters,
+)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_two_processes_equal_one_process_with_the_concatenated_batches(tmp_path):
+    steps = 3
+    data = distributed_data()
+    tokens = [
+        [sum(data.target_lengths[i] - 1 for i in half) for half in step]
+        for step in distributed_batches()
+    ]
+    # the ranks see different token counts, so averaging per-rank means would be wrong
+    assert all(rank0 != rank1 for rank0, rank1 in tokens)
+
+    torch.set_num_threads(1)
+    seed_everything(0)
+    single = ToySeq2Seq(ToyConfig())
+    initial = parameters(single)
+    config = TrainConfig(
+        lr=1e-2,
+        warmup_steps=1,
+        epochs=None,
+        max_steps=steps,
+        device="cpu",
+        validate_every=0,
+        label_smoothing=0.1,
+        clip_norm=0.5,
+        log_every=1,
+    )
+    whole = FixedBatches([first + second for first, second in distributed_batches()])
+    result = train(
+        single,
+        data,
+        data,
+        config,
+        tmp_path / "single",
+        train_batches=whole,
+        valid_batches=FixedBatches([[0, 1, 2], [3, 4]]),
+    )
+
+    # fork: the children reuse this process's imports (torch alone takes seconds to import)
+    port = free_port()
+    mp.start_processes(
+        distributed_worker, args=(2, port, str(tmp_path), steps), nprocs=2, start_method="fork"
+    )
+
+    rank0 = torch.load(tmp_path / "params-0.pt")
+    rank1 = torch.load(tmp_path / "params-1.pt")
+    for name, value in parameters(single).items():
+        assert torch.equal(rank0[name], rank1[name]), name  # DDP keeps the replicas identical
+        assert torch.allclose(rank0[name], value, atol=1e-5, rtol=0), name
+        assert not torch.allclose(initial[name], value, atol=1e-3), name  # training moved it
+
+    # rank 0 alone wrote the log and the checkpoint; validation agreed with one process
+    records = [
+        json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in records if r["event"] == "train"] == [1, 2, 3]
+    single_records = (tmp_path / "single" / "log.jsonl").read_text().splitlines()
+    valid = [r for r in records if r["event"] == "valid"][-1]
+    assert valid["valid_loss"] == pytest.approx(result.valid["valid_loss"], abs=1e-5)
+    train_losses = [r["loss"] for r in records if r["event"] == "train"]
+    single_losses = [json.loads(line)["loss"] for line in single_records if '"train"' in line]
+    assert train_losses == pytest.approx(single_losses, abs=1e-6)
+    loaded = load_checkpoint(tmp_path / "run")
+    assert loaded.step == steps
+    assert torch.equal(loaded.model.state_dict()["output.bias"], rank0["output.bias"])
+
+
+def test_without_torchrun_variables_training_is_single_process(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    context = setup_distributed("cpu")
+    assert (context.rank, context.world_size, context.is_main) == (0, 1, True)
+    assert context.device == torch.device("cpu")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    with pytest.raises(ValueError, match="MASTER_ADDR is not set"):
+        setup_distributed("cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without GPU")
+def test_asking_for_cuda_without_a_gpu_is_a_clear_error():
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        resolve_device("cuda")
+    assert resolve_device("auto") == torch.device("cpu")
