@@ -6,17 +6,29 @@ Depends on torch alone.  Names follow SPEC.md: scores -> masked softmax -> weigh
 from . import backends
 from .attention import attention, explain_backend
 from .backends import AttentionOutput, BackendChoice, available_backends, register_backend
+from .backends import chunked as _chunked  # noqa: F401  (registers "chunked")
 from .backends import reference as _reference  # noqa: F401  (registers "reference")
 from .backends import sdpa as _sdpa  # noqa: F401  (registers "sdpa")
+from .backends.chunked import chunked_attention, weights_from_lse
 from .backends.reference import attention_weights
 from .heads import merge_heads, repeat_kv, split_heads
 from .masks import causal_mask, from_key_padding_mask, lengths_mask, padding_mask
+from .positions import (
+    alibi_bias,
+    alibi_slopes,
+    apply_rotary,
+    rotary_angles,
+    rotate_half,
+    sinusoidal_encoding,
+)
 from .scores import dot_scores, scaled_dot_scores
 from .softmax import masked_softmax
 
 __all__ = [
     "attention",
     "attention_weights",
+    "chunked_attention",
+    "weights_from_lse",
     "explain_backend",
     "AttentionOutput",
     "BackendChoice",
@@ -31,6 +43,12 @@ __all__ = [
     "split_heads",
     "merge_heads",
     "repeat_kv",
+    "sinusoidal_encoding",
+    "rotary_angles",
+    "apply_rotary",
+    "rotate_half",
+    "alibi_slopes",
+    "alibi_bias",
     "dot_scores",
     "scaled_dot_scores",
 ]

@@ -1,8 +1,24 @@
 """qkv.layers: nn.Modules that own parameters and call qkv.functional."""
 
 from .attention import Attention, AttentionMemory
+from .blocks import (
+    DecoderBlock,
+    DecoderBlockOutput,
+    DecoderLayerState,
+    EncoderBlock,
+    EncoderBlockOutput,
+)
 from .cache import KVCache, StaticKV
+from .cnn import RegionEncoder, ResidualBlock, SmallResNet
+from .feedforward import FeedForward
 from .multihead import MultiHeadAttention
+from .positions import (
+    ALiBi,
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+)
+from .recurrent import BidirectionalEncoder, EncoderStates
 from .scores import (
     AdditiveScore,
     BilinearScore,
@@ -28,4 +44,19 @@ __all__ = [
     "register_score",
     "make_score",
     "available_scores",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "RotaryEmbedding",
+    "ALiBi",
+    "FeedForward",
+    "EncoderBlock",
+    "DecoderBlock",
+    "EncoderBlockOutput",
+    "DecoderBlockOutput",
+    "DecoderLayerState",
+    "BidirectionalEncoder",
+    "EncoderStates",
+    "SmallResNet",
+    "RegionEncoder",
+    "ResidualBlock",
 ]

@@ -2,6 +2,7 @@
 
 from .checkpoint import (
     Checkpoint,
+    checkpoint_model_type,
     load_checkpoint,
     read_pointer,
     resolve_checkpoint,
@@ -25,6 +26,7 @@ __all__ = [
     "cosine_schedule",
     "Checkpoint",
     "load_checkpoint",
+    "checkpoint_model_type",
     "save_checkpoint",
     "read_pointer",
     "resolve_checkpoint",

@@ -37,6 +37,7 @@ __all__ = [
     "Checkpoint",
     "save_checkpoint",
     "load_checkpoint",
+    "checkpoint_model_type",
     "load_weights",
     "load_trainer_state",
     "read_pointer",
@@ -132,6 +133,15 @@ def resolve_checkpoint(path: str | Path) -> Path:
         f"{path} is neither a checkpoint (no {CONFIG_FILE}) nor a run directory "
         "(no best.json or last.json)"
     )
+
+
+def checkpoint_model_type(path: str | Path) -> str:
+    """The model type a checkpoint holds (read from its config, without loading weights)."""
+    directory = resolve_checkpoint(path)
+    config = read_json(directory / CONFIG_FILE, what="checkpoint config")
+    if "model_type" not in config:
+        raise ValueError(f"checkpoint config {directory / CONFIG_FILE} has no 'model_type' entry")
+    return str(config["model_type"])
 
 
 def load_checkpoint(

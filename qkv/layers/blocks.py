@@ -1,0 +1,210 @@
+"""Transformer blocks (SPEC section 6): the encoder block and the decoder block.
+
+Every sub-layer (self-attention, cross-attention, feed-forward) is wrapped the same way,
+with a residual connection and a LayerNorm, in one of two orders:
+
+- post-LN (Vaswani et al. 2017, the default): ``x = LayerNorm(x + Dropout(sublayer(x)))``;
+- pre-LN (``norm_first=True``, more stable to train deep): ``x = x + Dropout(sublayer(LayerNorm(x)))``.
+  A pre-LN stack leaves its output un-normalised, so the stack owning the blocks adds a
+  final LayerNorm (see ``qkv.models.transformer_stack``).
+
+The parameter layout mirrors ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``
+so weights can be copied across (``qkv.models.transformer_stack.load_torch_transformer``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from .cache import KVCache, StaticKV
+from .feedforward import FeedForward
+from .multihead import MultiHeadAttention
+
+__all__ = [
+    "EncoderBlock",
+    "DecoderBlock",
+    "EncoderBlockOutput",
+    "DecoderBlockOutput",
+    "DecoderLayerState",
+]
+
+
+@dataclass
+class EncoderBlockOutput:
+    """hidden: (B, S, D).  self_attention: (B, H, S, S) weights when asked for, else None."""
+
+    hidden: Tensor
+    self_attention: Tensor | None = None
+
+
+@dataclass
+class DecoderBlockOutput:
+    """hidden: (B, T, D).  When asked for: self_attention (B, H, T, Tk) with Tk the prefix
+    length so far (T without a cache), cross_attention (B, H, T, S); else None."""
+
+    hidden: Tensor
+    self_attention: Tensor | None = None
+    cross_attention: Tensor | None = None
+
+
+@dataclass
+class DecoderLayerState:
+    """One decoder block's decoding state: the keys/values of the target prefix (grows by one
+    position per step) and of the encoder output (projected once, by :meth:`DecoderBlock.start`).
+    Reorderable along the batch by ``qkv.models.select_state``."""
+
+    self_cache: KVCache
+    memory: StaticKV
+
+
+Sublayer = Callable[[Tensor], tuple[Tensor, Tensor | None]]
+
+
+class _ResidualBlock(nn.Module):
+    """What both blocks share: the residual + LayerNorm wrapping, in post- or pre-LN order."""
+
+    def __init__(self, *, dropout: float, norm_first: bool):
+        super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout={dropout} must be in [0, 1)")
+        self.norm_first = norm_first
+        self.dropout = nn.Dropout(dropout)
+
+    def _residual(
+        self, x: Tensor, sublayer: Sublayer, norm: nn.LayerNorm
+    ) -> tuple[Tensor, Tensor | None]:
+        if self.norm_first:
+            out, weights = sublayer(norm(x))
+            return x + self.dropout(out), weights
+        out, weights = sublayer(x)
+        return norm(x + self.dropout(out)), weights
+
+    def _feed_forward_sublayer(self, x: Tensor) -> tuple[Tensor, None]:
+        return self.feed_forward(x), None
+
+
+class EncoderBlock(_ResidualBlock):
+    """Multi-head self-attention, then a position-wise feed-forward network, each with a
+    residual connection and LayerNorm.
+
+    Shapes: x (B, S, D), mask broadcastable to (B, H, S, S) (True = may attend; usually the
+    source padding mask (B, 1, 1, S)) -> EncoderBlockOutput(hidden (B, S, D), ...).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        norm_first: bool = False,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+    ):
+        super().__init__(dropout=dropout, norm_first=norm_first)
+        self.self_attention = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout)
+        self.self_attention_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.feed_forward = FeedForward(
+            d_model, d_ff, activation=activation, dropout=dropout, bias=bias
+        )
+        self.feed_forward_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+
+    def forward(
+        self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
+    ) -> EncoderBlockOutput:
+        def attend(h: Tensor) -> tuple[Tensor, Tensor | None]:
+            return self.self_attention(h, mask=mask, need_weights=need_weights)
+
+        x, weights = self._residual(x, attend, self.self_attention_norm)
+        x, _ = self._residual(x, self._feed_forward_sublayer, self.feed_forward_norm)
+        return EncoderBlockOutput(x, weights)
+
+    def extra_repr(self) -> str:
+        return f"norm_first={self.norm_first}"
+
+
+class DecoderBlock(_ResidualBlock):
+    """Causal self-attention, cross-attention over the encoder output (``memory``), then a
+    feed-forward network; each with a residual connection and LayerNorm.
+
+    Teacher forcing: ``block(x, memory, memory_mask=...)`` with the whole target prefix.
+    Incremental decoding: ``state = block.start(memory)`` once, then
+    ``block(x_new, memory_mask=..., state=state)`` with only the newest position(s); the
+    state's KV cache grows in place, so a step costs O(prefix), not O(prefix^2).
+
+    Shapes: x (B, T, D); memory (B, S, D); memory_mask broadcastable to (B, H, T, S), usually
+    the source padding mask (B, 1, 1, S); self_mask broadcastable to (B, H, T, Tk), combined
+    with the causal mask -> DecoderBlockOutput(hidden (B, T, D), ...).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        norm_first: bool = False,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+    ):
+        super().__init__(dropout=dropout, norm_first=norm_first)
+        self.self_attention = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout)
+        self.self_attention_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.cross_attention = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout)
+        self.cross_attention_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.feed_forward = FeedForward(
+            d_model, d_ff, activation=activation, dropout=dropout, bias=bias
+        )
+        self.feed_forward_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+
+    def start(self, memory: Tensor) -> DecoderLayerState:
+        """An empty self-attention cache and the cross-attention keys/values of ``memory``,
+        computed once for all steps.  Shapes: memory (B, S, D)."""
+        return DecoderLayerState(KVCache(), self.cross_attention.project_kv(memory))
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        *,
+        memory_mask: Tensor | None = None,
+        self_mask: Tensor | None = None,
+        state: DecoderLayerState | None = None,
+        need_weights: bool = False,
+    ) -> DecoderBlockOutput:
+        if (memory is None) == (state is None):
+            raise ValueError(
+                "pass the encoder output as memory (teacher forcing) or a state from "
+                "DecoderBlock.start(memory) (incremental decoding), exactly one of the two"
+            )
+        if state is not None and not isinstance(state, DecoderLayerState):
+            raise TypeError(f"state must be a DecoderLayerState, got {type(state).__name__}")
+        self_cache = None if state is None else state.self_cache
+        memory_kv = None if state is None else state.memory
+
+        def attend_self(h: Tensor) -> tuple[Tensor, Tensor | None]:
+            return self.self_attention(
+                h, mask=self_mask, causal=True, cache=self_cache, need_weights=need_weights
+            )
+
+        def attend_memory(h: Tensor) -> tuple[Tensor, Tensor | None]:
+            if memory_kv is not None:
+                return self.cross_attention(
+                    h, mask=memory_mask, cache=memory_kv, need_weights=need_weights
+                )
+            return self.cross_attention(h, memory, mask=memory_mask, need_weights=need_weights)
+
+        x, self_weights = self._residual(x, attend_self, self.self_attention_norm)
+        x, cross_weights = self._residual(x, attend_memory, self.cross_attention_norm)
+        x, _ = self._residual(x, self._feed_forward_sublayer, self.feed_forward_norm)
+        return DecoderBlockOutput(x, self_weights, cross_weights)
+
+    def extra_repr(self) -> str:
+        return f"norm_first={self.norm_first}"

@@ -1,0 +1,231 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al. 2017).
+
+source ids -> embeddings * sqrt(d_model) + positions -> encoder blocks -> memory
+target ids -> embeddings * sqrt(d_model) + positions -> decoder blocks (causal self-attention,
+cross-attention over memory) -> output projection -> next-token logits.
+
+Masks are built once, at the top of :meth:`Transformer.encode`: the source padding mask
+(B, 1, 1, S), True = may attend, is used by the encoder's self-attention and by every
+cross-attention.  The decoder's self-attention is causal only: targets are right-padded, so
+a real position never sees a padding position after it.
+
+Decoding (``start`` / ``step``) runs the encoder once, projects each block's cross-attention
+keys/values once, and keeps a KV cache per block, so a step costs O(prefix), not O(prefix^2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from qkv.functional import padding_mask
+from qkv.layers.blocks import DecoderBlock, DecoderLayerState, EncoderBlock
+from qkv.layers.positions import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+
+from .base import Seq2SeqOutput, StepOutput
+from .registry import register_model
+from .transformer_config import TransformerConfig
+from .transformer_stack import TransformerDecoder, TransformerEncoder
+
+__all__ = ["Transformer", "TransformerConfig", "TransformerState", "EncoderOutput", "DecoderOutput"]
+
+
+@dataclass
+class EncoderOutput:
+    """memory: (B, S, D) the encoder's output.  source_mask: (B, 1, 1, S), True = real token.
+    attention: per encoder block (B, H, S, S) when asked for, else None."""
+
+    memory: Tensor
+    source_mask: Tensor
+    attention: list[Tensor] | None = None
+
+
+@dataclass
+class DecoderOutput:
+    """logits: (B, T, V).  When asked for, per decoder block: self_attention (B, H, T, T),
+    cross_attention (B, H, T, S); else None."""
+
+    logits: Tensor
+    self_attention: list[Tensor] | None = None
+    cross_attention: list[Tensor] | None = None
+
+
+@dataclass
+class TransformerState:
+    """What decoding carries from step to step: one state per decoder block (KV cache of the
+    prefix, cross-attention K/V of the source) and the source mask (B, 1, 1, S).  Reorder it
+    along the batch with ``qkv.models.select_state`` (beam search)."""
+
+    layers: list[DecoderLayerState]
+    source_mask: Tensor
+
+    @property
+    def offset(self) -> int:
+        """How many target positions have been consumed: the next token's position."""
+        return self.layers[0].self_cache.length
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer for sequence-to-sequence tasks (translation).
+
+    ``model(source, target_input)`` -> :class:`Seq2SeqOutput` with logits (B, T, V);
+    ``start`` / ``step`` implement the :class:`~qkv.models.base.Decodable` protocol.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"Transformer needs a TransformerConfig, got {type(config).__name__}")
+        self.config = config
+        d_model, pad_id = config.d_model, config.pad_id
+        self.embedding_scale = math.sqrt(d_model) if config.scale_embeddings else 1.0
+        self.source_embedding = nn.Embedding(config.source_vocab_size, d_model, padding_idx=pad_id)
+        self.target_embedding = (
+            self.source_embedding
+            if config.share_embeddings
+            else nn.Embedding(config.target_vocab_size, d_model, padding_idx=pad_id)
+        )
+        self.source_positions = _make_positions(config)
+        self.target_positions = _make_positions(config)
+        block_options = dict(
+            dropout=config.dropout,
+            activation=config.activation,
+            norm_first=config.norm_first,
+            layer_norm_eps=config.layer_norm_eps,
+        )
+        sizes = (d_model, config.num_heads, config.d_ff)
+        self.encoder = TransformerEncoder(
+            [EncoderBlock(*sizes, **block_options) for _ in range(config.num_encoder_layers)],
+            norm=self._final_norm(),
+        )
+        self.decoder = TransformerDecoder(
+            [DecoderBlock(*sizes, **block_options) for _ in range(config.num_decoder_layers)],
+            norm=self._final_norm(),
+        )
+        self.output = nn.Linear(d_model, config.target_vocab_size, bias=False)
+        self._init_weights()
+        if config.tie_output:
+            self.output.weight = self.target_embedding.weight
+
+    def _final_norm(self) -> nn.LayerNorm | None:
+        if not self.config.uses_final_norm:
+            return None
+        return nn.LayerNorm(self.config.d_model, eps=self.config.layer_norm_eps)
+
+    def _init_weights(self) -> None:
+        # Xavier for the blocks' matrices (as nn.Transformer); embeddings N(0, 1/d_model), so
+        # that after the sqrt(d_model) scale tokens have unit variance, and a tied output
+        # layer gives logits of unit variance.
+        for stack in (self.encoder, self.decoder):
+            for name, parameter in stack.named_parameters():
+                if parameter.dim() > 1 and "norm" not in name:
+                    nn.init.xavier_uniform_(parameter)
+        for embedding in {self.source_embedding, self.target_embedding}:
+            nn.init.normal_(embedding.weight, std=self.config.d_model**-0.5)
+            with torch.no_grad():
+                embedding.weight[self.config.pad_id].zero_()
+
+    # -- teacher forcing -------------------------------------------------------------------
+
+    def encode(self, source: Tensor, *, need_weights: bool = False) -> EncoderOutput:
+        """Shapes: source (B, S) token ids -> memory (B, S, D), source_mask (B, 1, 1, S)."""
+        _check_ids(source, "source")
+        source_mask = padding_mask(source, self.config.pad_id)  # (B, 1, 1, S)
+        x = self.source_positions(self.source_embedding(source) * self.embedding_scale)
+        out = self.encoder(x, mask=source_mask, need_weights=need_weights)
+        return EncoderOutput(out.hidden, source_mask, out.attention)
+
+    def decode(
+        self,
+        target_input: Tensor,
+        memory: Tensor,
+        source_mask: Tensor,
+        *,
+        need_weights: bool = False,
+    ) -> DecoderOutput:
+        """Shapes: target_input (B, T) ids, memory (B, S, D), source_mask (B, 1, 1, S)
+        -> logits (B, T, V)."""
+        _check_ids(target_input, "target_input")
+        x = self._embed_target(target_input, offset=0)
+        out = self.decoder(x, memory, memory_mask=source_mask, need_weights=need_weights)
+        return DecoderOutput(self.output(out.hidden), out.self_attention, out.cross_attention)
+
+    def forward(
+        self, source: Tensor, target_input: Tensor, *, need_weights: bool = False
+    ) -> Seq2SeqOutput:
+        """Shapes: source (B, S), target_input (B, T) token ids -> logits (B, T, V).
+
+        ``need_weights``: attention = {"encoder": per block (B, H, S, S), "decoder": per
+        block (B, H, T, T), "cross": per block (B, H, T, S)}, computed without gradient
+        beside the fast path (see ``MultiHeadAttention``); otherwise attention is None.
+        """
+        encoded = self.encode(source, need_weights=need_weights)
+        decoded = self.decode(
+            target_input, encoded.memory, encoded.source_mask, need_weights=need_weights
+        )
+        attention = None
+        if need_weights:
+            attention = {
+                "encoder": encoded.attention,
+                "decoder": decoded.self_attention,
+                "cross": decoded.cross_attention,
+            }
+        return Seq2SeqOutput(decoded.logits, attention)
+
+    # -- incremental decoding (the Decodable protocol) -------------------------------------
+
+    def start(self, source: Tensor) -> TransformerState:
+        """Encode once; project every block's cross-attention keys/values once; empty caches.
+        Shapes: source (B, S) token ids."""
+        encoded = self.encode(source)
+        return TransformerState(self.decoder.start(encoded.memory), encoded.source_mask)
+
+    def step(self, tokens: Tensor, state: TransformerState) -> StepOutput:
+        """Consume one token per sequence; score the next.
+
+        The state's caches grow in place (keep using the returned state, which is the same
+        object).  Shapes: tokens (B,) -> log_probs (B, V), attention (B, S): the last
+        decoder block's cross-attention, averaged over heads.
+        """
+        if tokens.dim() != 1:
+            raise ValueError(f"step takes one token per sequence, (B,), got {tuple(tokens.shape)}")
+        if not isinstance(state, TransformerState):
+            raise TypeError(f"state must come from Transformer.start, got {type(state).__name__}")
+        x = self._embed_target(tokens[:, None], offset=state.offset)  # (B, 1, D)
+        out = self.decoder(
+            x, memory_mask=state.source_mask, states=state.layers, need_alignment=True
+        )
+        logits = self.output(out.hidden[:, -1])  # (B, V)
+        attention = out.alignment[:, :, -1].mean(dim=1)  # (B, S)
+        return StepOutput(F.log_softmax(logits.float(), dim=-1), state, attention)
+
+    def _embed_target(self, tokens: Tensor, *, offset: int) -> Tensor:
+        x = self.target_embedding(tokens) * self.embedding_scale  # (B, T, D)
+        return self.target_positions(x, offset=offset)
+
+
+def _make_positions(config: TransformerConfig) -> nn.Module:
+    if config.positions == "sinusoidal":
+        return SinusoidalPositionalEncoding(
+            config.d_model, max_len=config.max_len, dropout=config.dropout
+        )
+    mode = "concat" if config.positions == "learned_concat" else "add"
+    return LearnedPositionalEmbedding(
+        config.max_len, config.d_model, mode=mode, dropout=config.dropout
+    )
+
+
+def _check_ids(tokens: Tensor, name: str) -> None:
+    if tokens.dim() != 2:
+        raise ValueError(f"{name} must be token ids of shape (B, T), got {tuple(tokens.shape)}")
+    if tokens.dtype not in (torch.long, torch.int32, torch.int64):
+        raise TypeError(f"{name} must hold integer token ids, got {tokens.dtype}")
+    if tokens.shape[1] == 0:
+        raise ValueError(f"{name} is empty (length 0); every sequence needs at least one token")
+
+
+register_model("transformer", TransformerConfig, Transformer)

@@ -1,0 +1,139 @@
+"""The configuration of the encoder-decoder Transformer (Vaswani et al. 2017)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from qkv.layers.feedforward import ACTIVATIONS
+
+__all__ = ["TransformerConfig", "POSITION_KINDS"]
+
+#: "sinusoidal": fixed encodings, any length; "learned": one trained vector per position,
+#: added; "learned_concat": one trained vector per position, concatenated then projected.
+POSITION_KINDS = ("sinusoidal", "learned", "learned_concat")
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Every hyper-parameter of :class:`qkv.models.transformer.Transformer`.
+
+    source_vocab_size / target_vocab_size: token vocabularies; ``target_vocab_size=None``
+        means the same size as the source.
+    d_model, num_heads, d_ff: width, heads (``d_model % num_heads == 0``), feed-forward width.
+    num_encoder_layers / num_decoder_layers: blocks per stack.
+    dropout: on embeddings + positions, residual branches, attention weights and the
+        feed-forward hidden layer (the paper's P_drop).
+    activation: "relu" (the paper), "gelu" or "gelu_tanh".
+    norm_first: pre-LN blocks instead of the paper's post-LN.
+    final_norm: a LayerNorm after each stack.  ``None`` (default) = ``norm_first``: pre-LN
+        stacks need it, post-LN blocks already end in one.  ``nn.Transformer`` *always* has
+        these final norms, post-LN too; set ``final_norm=True`` to match it exactly.
+    positions: one of ``POSITION_KINDS``; max_len: longest sequence learned positions cover
+        (sinusoidal ones extend past it).
+    share_embeddings: one embedding table for source and target (needs one vocabulary).
+    tie_output: the output projection reuses the target embedding matrix.
+    scale_embeddings: multiply token embeddings by sqrt(d_model), as the paper does.
+    pad_id: the padding token id (masked in attention, zero embedding).
+    layer_norm_eps: epsilon of every LayerNorm.
+    """
+
+    source_vocab_size: int
+    target_vocab_size: int | None = None
+    d_model: int = 512
+    num_heads: int = 8
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    activation: str = "relu"
+    norm_first: bool = False
+    final_norm: bool | None = None
+    positions: str = "sinusoidal"
+    max_len: int = 1024
+    share_embeddings: bool = False
+    tie_output: bool = True
+    scale_embeddings: bool = True
+    pad_id: int = 0
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if self.target_vocab_size is None:
+            object.__setattr__(self, "target_vocab_size", self.source_vocab_size)
+        for name in ("source_vocab_size", "target_vocab_size", "d_model", "num_heads", "d_ff"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+        for name in ("num_encoder_layers", "num_decoder_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name}={value!r} must be a non-negative integer")
+        if self.num_decoder_layers == 0:
+            raise ValueError("num_decoder_layers=0: a translation model needs a decoder")
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation={self.activation!r} is not one of {sorted(ACTIVATIONS)}")
+        if self.positions not in POSITION_KINDS:
+            raise ValueError(f"positions={self.positions!r} is not one of {POSITION_KINDS}")
+        if self.max_len < 1:
+            raise ValueError(f"max_len={self.max_len} must be a positive integer")
+        if self.share_embeddings and self.source_vocab_size != self.target_vocab_size:
+            raise ValueError(
+                f"share_embeddings=True needs one vocabulary, but source_vocab_size="
+                f"{self.source_vocab_size} != target_vocab_size={self.target_vocab_size}; "
+                "build a joint vocabulary or set share_embeddings=False"
+            )
+        if not 0 <= self.pad_id < min(self.source_vocab_size, self.target_vocab_size):
+            raise ValueError(
+                f"pad_id={self.pad_id} must be a token id of both vocabularies "
+                f"(sizes {self.source_vocab_size}, {self.target_vocab_size})"
+            )
+        if self.layer_norm_eps <= 0:
+            raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be positive")
+
+    @property
+    def uses_final_norm(self) -> bool:
+        """Whether the stacks end in a LayerNorm (``final_norm``, defaulting to ``norm_first``)."""
+        return self.norm_first if self.final_norm is None else self.final_norm
+
+    @classmethod
+    def base(
+        cls, source_vocab_size: int, target_vocab_size: int | None = None, **overrides: Any
+    ) -> TransformerConfig:
+        """The paper's base model: 6 + 6 blocks, d_model 512, 8 heads, d_ff 2048, dropout 0.1."""
+        return cls(source_vocab_size, target_vocab_size, **overrides)
+
+    @classmethod
+    def small(
+        cls, source_vocab_size: int, target_vocab_size: int | None = None, **overrides: Any
+    ) -> TransformerConfig:
+        """A CPU-sized model: 2 + 2 pre-LN blocks, d_model 96, 4 heads, d_ff 384, no dropout
+        (about 0.5M parameters besides the embeddings).
+
+        Sized for minutes of CPU.  On the character-level ``dates`` task (batches of ~1000
+        tokens, lr 2e-3, 200 warm-up steps) it reached 96% test exact match after 1000
+        updates and 99% validation after ~870.  Narrower (64) models cost less per update but
+        need more of them; dropout only slows such short runs, so pass ``dropout=0.1`` for
+        long runs on a small corpus.  Pre-LN, so no long warm-up is needed.
+        """
+        fields = dict(
+            d_model=96,
+            num_heads=4,
+            num_encoder_layers=2,
+            num_decoder_layers=2,
+            d_ff=384,
+            dropout=0.0,
+            norm_first=True,
+            max_len=256,
+        )
+        return cls(source_vocab_size, target_vocab_size, **{**fields, **overrides})
+
+    def replace(self, **changes: Any) -> TransformerConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,238 @@
+"""The encoder-decoder Transformer: equal to torch.nn.Transformer with copied weights (post-LN
+and pre-LN), cached decoding equal to the full forward, causality, padding invariance,
+attention shapes, state reordering, config validation, and a tiny model that learns."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from qkv.layers.blocks import DecoderBlock, EncoderBlock
+from qkv.models.base import Decodable, select_state
+from qkv.models.registry import build_model, config_to_dict, model_type_of
+from qkv.models.transformer import Transformer, TransformerState
+from qkv.models.transformer_config import TransformerConfig
+from qkv.models.transformer_stack import (
+    TransformerDecoder,
+    TransformerEncoder,
+    load_torch_transformer,
+)
+
+VOCAB = 23
+
+
+def _tiny(**overrides) -> TransformerConfig:
+    fields = dict(
+        d_model=16,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_ff=32,
+        dropout=0.0,
+        max_len=64,
+    )
+    return TransformerConfig(VOCAB, **{**fields, **overrides})
+
+
+def _model(seed: int = 0, **overrides) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(_tiny(**overrides)).eval()
+
+
+def _source() -> torch.Tensor:
+    torch.manual_seed(100)
+    source = torch.randint(4, VOCAB, (3, 7))
+    source[1, 4:] = 0  # padding
+    source[2, 2:] = 0
+    return source
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor")
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_stacks_equal_torch_transformer(norm_first):
+    torch.manual_seed(0)
+    d, h, ff = 16, 4, 32
+    theirs = nn.Transformer(d, h, 2, 3, ff, dropout=0.0, batch_first=True, norm_first=norm_first)
+
+    def blocks(kind, n):
+        return [kind(d, h, ff, dropout=0.0, norm_first=norm_first) for _ in range(n)]
+
+    encoder = TransformerEncoder(blocks(EncoderBlock, 2), norm=nn.LayerNorm(d))
+    decoder = TransformerDecoder(blocks(DecoderBlock, 3), norm=nn.LayerNorm(d))
+    load_torch_transformer(encoder, decoder, theirs)
+
+    source, target = torch.randn(3, 7, d), torch.randn(3, 5, d)
+    keep = torch.arange(7)[None, :] < torch.tensor([7, 4, 2])[:, None]  # (B, S) True = real
+    ignore = ~keep  # PyTorch's key_padding_mask polarity: True = ignore
+    causal = nn.Transformer.generate_square_subsequent_mask(5)
+    expected_memory = theirs.encoder(source, src_key_padding_mask=ignore)
+    expected = theirs(
+        source,
+        target,
+        tgt_mask=causal,
+        src_key_padding_mask=ignore,
+        memory_key_padding_mask=ignore,
+        tgt_is_causal=True,
+    )
+    source_mask = keep[:, None, None, :]  # (B, 1, 1, S)
+    memory = encoder(source, mask=source_mask).hidden
+    output = decoder(target, memory, memory_mask=source_mask).hidden
+    torch.testing.assert_close(memory[keep], expected_memory[keep], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(output, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_load_torch_transformer_names_the_mismatch():
+    theirs = nn.Transformer(16, 4, 1, 1, 32, dropout=0.0, batch_first=True)
+    model = _model()  # post-LN without final norms, 2 + 2 blocks
+    with pytest.raises(ValueError, match="2 blocks, torch has 1"):
+        load_torch_transformer(model.encoder, model.decoder, theirs)
+    model = _model(num_encoder_layers=1, num_decoder_layers=1)
+    with pytest.raises(ValueError, match="final_norm=True"):
+        load_torch_transformer(model.encoder, model.decoder, theirs)
+    model = _model(num_encoder_layers=1, num_decoder_layers=1, final_norm=True, norm_first=True)
+    with pytest.raises(ValueError, match="norm_first"):
+        load_torch_transformer(model.encoder, model.decoder, theirs)
+    model = _model(num_encoder_layers=1, num_decoder_layers=1, final_norm=True, activation="gelu")
+    with pytest.raises(ValueError, match="activation='gelu', torch='relu'"):
+        load_torch_transformer(model.encoder, model.decoder, theirs)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"norm_first": True}, {"positions": "learned"}, {"positions": "learned_concat"}],
+    ids=["post-ln", "pre-ln", "learned", "learned-concat"],
+)
+def test_cached_decoding_equals_full_forward(options):
+    model = _model(**options)
+    source = _source()
+    target = torch.randint(4, VOCAB, (3, 6))
+    with torch.no_grad():
+        full = F.log_softmax(model(source, target).logits, dim=-1)
+        state = model.start(source)
+        steps = []
+        for t in range(target.shape[1]):
+            out = model.step(target[:, t], state)
+            steps.append(out.log_probs)
+            state = out.state
+    assert isinstance(model, Decodable)
+    assert state.offset == 6
+    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
+    # the step's attention: last block's cross-attention over the source, averaged over heads
+    assert out.attention.shape == (3, 7)
+    torch.testing.assert_close(out.attention.sum(-1), torch.ones(3))
+    assert torch.all(out.attention[1, 4:] == 0) and torch.all(out.attention[2, 2:] == 0)
+
+
+def test_future_target_tokens_do_not_change_past_logits():
+    model = _model(norm_first=True)
+    source, target = _source(), torch.randint(4, VOCAB, (3, 6))
+    changed = target.clone()
+    changed[:, 4:] = (changed[:, 4:] + 1 - 4) % (VOCAB - 4) + 4
+    before, after = model(source, target).logits, model(source, changed).logits
+    torch.testing.assert_close(before[:, :4], after[:, :4])
+    assert not torch.allclose(before[:, 4:], after[:, 4:])
+
+
+def test_source_padding_does_not_change_outputs():
+    model = _model()
+    source, target = _source(), torch.randint(4, VOCAB, (3, 5))
+    padded = F.pad(source, (0, 4), value=0)  # four more padding columns
+    base, more = model(source, target).logits, model(padded, target).logits
+    torch.testing.assert_close(base, more, atol=1e-5, rtol=1e-5)
+    alone = model(source[2:, :2], target[2:]).logits  # the short row without any padding
+    torch.testing.assert_close(base[2:], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_attention_weights_have_named_shapes_and_leave_logits_alone():
+    model = _model(num_encoder_layers=3)
+    source, target = _source(), torch.randint(4, VOCAB, (3, 5))
+    plain = model(source, target)
+    out = model(source, target, need_weights=True)
+    assert plain.attention is None
+    torch.testing.assert_close(out.logits, plain.logits)
+    assert [tuple(w.shape) for w in out.attention["encoder"]] == [(3, 4, 7, 7)] * 3
+    assert [tuple(w.shape) for w in out.attention["decoder"]] == [(3, 4, 5, 5)] * 2
+    assert [tuple(w.shape) for w in out.attention["cross"]] == [(3, 4, 5, 7)] * 2
+    for weights in out.attention["cross"] + out.attention["encoder"]:
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+        assert torch.all(weights[1, ..., 4:] == 0)
+    assert all(torch.all(w.triu(1) == 0) for w in out.attention["decoder"])
+
+
+def test_state_reorders_for_beam_search():
+    model = _model()
+    source, target = _source(), torch.randint(4, VOCAB, (3, 4))
+    with torch.no_grad():
+        state = model.start(source)
+        for t in range(3):
+            state = model.step(target[:, t], state).state
+        order = torch.tensor([2, 2, 0, 1])
+        picked = select_state(state, order)
+        assert isinstance(picked, TransformerState) and picked.offset == 3
+        stepped = model.step(target[order, 3], picked).log_probs
+        expected = F.log_softmax(model(source[order], target[order]).logits[:, 3], dim=-1)
+    torch.testing.assert_close(stepped, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_embeddings_sharing_and_tying():
+    shared = _model(share_embeddings=True)
+    assert shared.source_embedding is shared.target_embedding
+    assert shared.output.weight is shared.target_embedding.weight
+    separate = Transformer(_tiny(target_vocab_size=11, tie_output=False))
+    assert separate.output.weight.shape == (11, 16)
+    assert separate.output.weight is not separate.target_embedding.weight
+    assert torch.all(separate.source_embedding.weight[0] == 0)  # the padding row
+
+
+def test_registered_and_rebuilt_from_its_config():
+    model = _model()
+    assert model_type_of(model) == "transformer"
+    rebuilt = build_model("transformer", config_to_dict(model.config))
+    assert rebuilt.config == model.config
+    presets = TransformerConfig.base(100), TransformerConfig.small(100, 90)
+    assert (presets[0].d_model, presets[0].num_encoder_layers, presets[0].d_ff) == (512, 6, 2048)
+    assert presets[1].target_vocab_size == 90 and presets[1].uses_final_norm
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"d_model": 18}, "d_model=18 is not divisible by num_heads=4"),
+        ({"share_embeddings": True, "target_vocab_size": 30}, "share_embeddings=True"),
+        ({"activation": "tanh"}, "activation='tanh'"),
+        ({"positions": "rotary"}, "positions='rotary'"),
+        ({"dropout": 1.5}, "dropout=1.5"),
+        ({"num_decoder_layers": 0}, "num_decoder_layers=0"),
+        ({"pad_id": 40}, "pad_id=40"),
+    ],
+)
+def test_bad_configs_raise_early(overrides, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _tiny(**overrides)
+
+
+def test_bad_inputs_raise():
+    model = _model(positions="learned", max_len=8)
+    with pytest.raises(ValueError, match=r"\(B, T\)"):
+        model(torch.randint(4, VOCAB, (7,)), torch.randint(4, VOCAB, (1, 3)))
+    with pytest.raises(ValueError, match="max_len=8"):
+        model(torch.randint(4, VOCAB, (1, 9)), torch.randint(4, VOCAB, (1, 3)))
+    with pytest.raises(ValueError, match=r"\(B,\)"):
+        model.step(torch.ones(2, 1, dtype=torch.long), model.start(torch.ones(2, 3).long()))
+
+
+def test_tiny_model_learns_to_reverse():
+    torch.manual_seed(0)
+    model = Transformer(_tiny(d_model=32, d_ff=64, norm_first=True, max_len=16))
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        source = torch.randint(4, 10, (32, 5))
+        target = torch.cat([torch.ones(32, 1, dtype=torch.long), source.flip(1)], 1)
+        logits = model(source, target[:, :-1]).logits
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), target[:, 1:].reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < 0.3
