@@ -290,3 +290,12 @@ def test_bad_masks_and_options_raise_clear_errors():
 def test_package_reexports_the_core():
     assert qkv.attention is attention
     assert qkv.padding_mask is padding_mask
+
+
+def test_auto_routes_a_learned_bias_to_the_chunked_kernel():
+    q = torch.randn(1, 2, 4, 8)
+    bias = torch.zeros(1, 2, 4, 4, requires_grad=True)
+    choice = explain_backend(q, q, q, mask=bias)
+    assert choice.backend == "chunked" and "requires grad" in choice.passed_over["sdpa"]
+    with torch.no_grad():
+        assert explain_backend(q, q, q, mask=bias).backend == "sdpa"

@@ -1,0 +1,306 @@
+"""Exact attention in tiles: an online softmax forward and a backward that recomputes.
+
+The (B, H, Tq, Tk) score matrix is cut into tiles of (heads, query rows, key columns) and
+never held whole.  The forward keeps, per query row, a running max ``m`` and the running
+sums ``sum_j exp(s_ij - m) [v_j, 1]`` (output and normaliser together, from one matmul),
+rescaling them as each key block raises ``m`` (the online softmax of Milakov & Gimelshein
+2018, as in FlashAttention).  It saves only the output and ``lse = m + log l``; the
+backward recomputes each tile's weights as ``exp(s - lse)``.  Memory besides the inputs
+is O(T): two tile buffers, the output, lse, the gradients.
+
+Speed on a CPU comes from large tiles batched over heads (a few big matmuls per tile), few
+elementwise passes (the scale is folded into q once, subtractions folded into matmuls by
+appending a column, everything in place into reused buffers) and skipping key blocks above
+the causal diagonal.  Scores are kept in base 2 (log2(e) folded into the scale) because
+``exp2`` is cheaper than ``exp`` and, unlike ``exp``/``log``, does not start a thread team
+for the small per-row tensors: each parallel region costs a scheduler slice on a busy
+machine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+__all__ = ["ChunkedAttentionFunction", "compute_dtype"]
+
+LOG2E, LN2 = math.log2(math.e), math.log(2.0)
+
+#: Scores per tile (32 MiB in float32): big matmuls and few ops; each op is a parallel region,
+#: which on a busy machine costs a scheduler slice, so fewer, larger tiles are faster there.
+TILE_ELEMENTS = 1 << 23
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the kernel works in: half precisions accumulate in float32."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+class _Group(NamedTuple):
+    """A batch/head range whose tensors view as (n, T, D) without copying."""
+
+    batches: slice
+    heads: slice
+    size: int
+
+
+def _head_groups(batch: int, heads: int, tile_rows: int, tile_cols: int) -> list[_Group]:
+    """Group (batch, head) pairs so one tile holds about TILE_ELEMENTS scores.  A group is
+    whole batches of all heads, or some heads of one batch, so (B, H, T, D) tensors sliced
+    to it merge their first two dims into a view."""
+    per_head = tile_rows * tile_cols
+    if per_head * heads <= TILE_ELEMENTS:
+        step = max(1, TILE_ELEMENTS // (per_head * heads))
+        return [
+            _Group(
+                slice(b, min(b + step, batch)), slice(0, heads), (min(b + step, batch) - b) * heads
+            )
+            for b in range(0, batch, step)
+        ]
+    step = max(1, TILE_ELEMENTS // per_head)
+    return [
+        _Group(slice(b, b + 1), slice(h, min(h + step, heads)), min(h + step, heads) - h)
+        for b in range(batch)
+        for h in range(0, heads, step)
+    ]
+
+
+def _flat(tensor: Tensor, group: _Group) -> Tensor:
+    """(B, H, T, D) -> the group's (n, T, D) view."""
+    part = tensor[group.batches, group.heads]
+    return part.view(group.size, *part.shape[2:])
+
+
+def _key_blocks(
+    rows: slice, key_len: int, block: int, causal: bool, offset: int, device: torch.device
+) -> Iterator[tuple[slice, Tensor | None]]:
+    """The key blocks query ``rows`` may see: (cols, causal blocked (bq, bk) or None).
+
+    Causal (end-aligned): row i sees key j iff j <= i + offset, offset = Tk - Tq.  Blocks
+    entirely above the diagonal are skipped; blocks entirely below need no causal mask.
+    """
+    for k0 in range(0, key_len, block):
+        cols = slice(k0, min(k0 + block, key_len))
+        if not causal or cols.stop - 1 <= rows.start + offset:
+            yield cols, None
+        elif cols.start <= rows.stop - 1 + offset:
+            row_limit = torch.arange(rows.start, rows.stop, device=device)[:, None] + offset
+            yield cols, torch.arange(cols.start, cols.stop, device=device)[None, :] > row_limit
+
+
+def _tile(buffer: Tensor, group: _Group, rows: slice, cols: slice) -> Tensor:
+    """A (n, bq, bk) view at the start of a reused flat buffer."""
+    shape = (group.size, rows.stop - rows.start, cols.stop - cols.start)
+    return buffer[: shape[0] * shape[1] * shape[2]].view(shape)
+
+
+def _with_ones(tensor: Tensor) -> Tensor:
+    """(n, T, D) -> (n, T, D + 1), a column of ones appended."""
+    return torch.cat([tensor, tensor.new_ones(*tensor.shape[:-1], 1)], -1)
+
+
+def _accumulate(total: Tensor | None, left: Tensor, right: Tensor) -> Tensor:
+    """total + left @ right, batched; the first product is written, not added to zeros."""
+    return torch.bmm(left, right) if total is None else total.baddbmm_(left, right)
+
+
+class _Mask(NamedTuple):
+    """The user's mask as the kernel applies it: ``blocked`` (bool, True = may NOT attend)
+    or ``bias`` (float), each a stride-0 expanded view to (B, H, Tq, Tk)."""
+
+    blocked: Tensor | None
+    bias: Tensor | None
+
+    @staticmethod
+    def of(mask: Tensor | None, shape: tuple[int, int, int, int]) -> _Mask:
+        if mask is None:
+            return _Mask(None, None)
+        if mask.dtype == torch.bool:
+            return _Mask((~mask).expand(shape), None)  # inverted once, at the mask's own size
+        return _Mask(None, mask.expand(shape))
+
+    def apply(
+        self, scores: Tensor, group: _Group, rows: slice, cols: slice, causal: Tensor | None
+    ) -> None:
+        """Mask one tile of base-2 scores (n, bq, bk) in place."""
+        heads = group.heads.stop - group.heads.start
+        tile = scores.view(-1, heads, *scores.shape[1:])  # (bb, hh, bq, bk)
+        if self.blocked is not None:
+            tile.masked_fill_(self.blocked[group.batches, group.heads, rows, cols], float("-inf"))
+        elif self.bias is not None:
+            tile.add_(self.bias[group.batches, group.heads, rows, cols], alpha=LOG2E)
+        if causal is not None:
+            scores.masked_fill_(causal, float("-inf"))
+
+
+class _Options(NamedTuple):
+    """Everything but the tensors that the forward and the backward share."""
+
+    mask: _Mask | None
+    causal: bool
+    scale: float
+    block: int
+
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, options: _Options) -> tuple[Tensor, Tensor]:
+    """Shapes: q (B, H, Tq, Dh), k (B, H, Tk, Dh), v (B, H, Tk, Dv) -> out (B, H, Tq, Dv),
+    lse (B, H, Tq)."""
+    mask, causal, scale, block = options
+    (batch, heads, tq, _), tk = q.shape, k.shape[2]
+    bq, bk = min(block, tq), min(block, tk)
+    out, lse = q.new_empty(*q.shape[:3], v.shape[-1]), q.new_empty(*q.shape[:3], 1)
+    groups = _head_groups(batch, heads, bq, bk)
+    buffer = q.new_empty(max(g.size for g in groups) * bq * bk)
+    for group in groups:
+        qs, kg = _flat(q, group) * (scale * LOG2E), _flat(k, group)  # base-2 scores
+        vg = _with_ones(_flat(v, group))  # P @ [V, 1] also sums each row of P
+        out_g, lse_g = _flat(out, group), _flat(lse, group)
+        for q0 in range(0, tq, bq):
+            rows = slice(q0, min(q0 + bq, tq))
+            row_max = q.new_full((group.size, rows.stop - q0, 1), float("-inf"))
+            acc = None  # (n, bq, Dv + 1): sum_j exp(s_ij - row_max_i) [v_j, 1]
+            for cols, causal_blocked in _key_blocks(rows, tk, bk, causal, tk - tq, q.device):
+                scores = _tile(buffer, group, rows, cols)
+                torch.bmm(qs[:, rows], kg[:, cols].transpose(1, 2), out=scores)
+                mask.apply(scores, group, rows, cols, causal_blocked)
+                new_max = torch.maximum(row_max, scores.amax(-1, keepdim=True))
+                # A row with no key allowed yet has max -inf: shift by 0 so exp gives 0, not NaN.
+                shift = new_max.masked_fill(new_max == float("-inf"), 0.0)
+                probs = scores.sub_(shift).exp2_()  # (n, bq, bk), unnormalised
+                if acc is not None:
+                    acc.mul_(torch.exp2(row_max - shift))  # rescale earlier blocks' sums
+                acc = _accumulate(acc, probs, vg[:, cols])
+                row_max = new_max
+            if acc is None:  # causal with Tq > Tk: these rows see no key block at all
+                acc = q.new_zeros(group.size, rows.stop - q0, v.shape[-1] + 1)
+            # A row with no key: sum 0 -> output 0 and lse = -inf.
+            row_sum = acc[..., -1:]
+            torch.div(
+                acc[..., :-1], row_sum.clamp(min=torch.finfo(q.dtype).tiny), out=out_g[:, rows]
+            )
+            lse_rows = torch.xlogy(1.0, row_sum)  # log(0) = -inf; xlogy, unlike log, runs inline
+            torch.add(lse_rows, row_max, alpha=LN2, out=lse_g[:, rows])
+    return out, lse.squeeze(-1)
+
+
+def _backward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    grad_out: Tensor,
+    grad_lse: Tensor,
+    options: _Options,
+    bias_grad_shape: tuple[int, ...] | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """Gradients for q, k, v (and the float bias if ``bias_grad_shape``), recomputing each
+    tile's weights P = exp(s - lse):  dV += P^T dO;  dS = P * (dO V^T - delta + dlse),
+    delta = rowsum(dO * O);  dQ += scale * dS K;  dK += scale * dS^T Q."""
+    mask, causal, scale, block = options
+    (batch, heads, tq, _), tk = q.shape, k.shape[2]
+    bq, bk = min(block, tq), min(block, tk)
+    # A row with no key has lse = -inf; a huge finite lse makes its weights exp2(-big) = 0.
+    lse = lse.masked_fill(lse == float("-inf"), torch.finfo(q.dtype).max / 4).unsqueeze(-1)
+    delta = ((grad_out * out).sum(-1) - grad_lse).unsqueeze(-1)  # (B, H, Tq, 1)
+    grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    grad_bias = None if bias_grad_shape is None else q.new_zeros(bias_grad_shape)
+    groups = _head_groups(batch, heads, bq, bk)
+    probs_buffer = q.new_empty(max(g.size for g in groups) * bq * bk)
+    grad_buffer = torch.empty_like(probs_buffer)
+    for group in groups:
+        qs, kg, dog = _flat(q, group) * scale, _flat(k, group), _flat(grad_out, group)
+        # Augmented so one matmul gives (s - lse) log2(e) = [q, -lse] log2(e) . [k, 1], and
+        # dP - delta = [dO, -delta] . [v, 1]: two elementwise passes per tile saved.
+        qs_lse = torch.cat([qs, -_flat(lse, group)], -1).mul_(LOG2E)
+        k_ones = _with_ones(kg)
+        do_delta, v_ones = torch.cat([dog, -_flat(delta, group)], -1), _with_ones(_flat(v, group))
+        # Per key block, each contiguous (in-place matmuls into strided slices are slow).
+        dk_blocks: list[Tensor | None] = [None] * -(-tk // bk)
+        dv_blocks: list[Tensor | None] = [None] * -(-tk // bk)
+        for q0 in range(0, tq, bq):
+            rows = slice(q0, min(q0 + bq, tq))
+            dq = None
+            for cols, causal_blocked in _key_blocks(rows, tk, bk, causal, tk - tq, q.device):
+                j = cols.start // bk
+                probs = _tile(probs_buffer, group, rows, cols)
+                torch.bmm(qs_lse[:, rows], k_ones[:, cols].transpose(1, 2), out=probs)
+                mask.apply(probs, group, rows, cols, causal_blocked)
+                probs.exp2_()  # P = exp(s - lse)
+                dv_blocks[j] = _accumulate(dv_blocks[j], probs.transpose(1, 2), dog[:, rows])
+                grad_scores = _tile(grad_buffer, group, rows, cols)
+                torch.bmm(do_delta[:, rows], v_ones[:, cols].transpose(1, 2), out=grad_scores)
+                grad_scores.mul_(probs)  # dS = P * (dP - delta)
+                dq = _accumulate(dq, grad_scores, kg[:, cols])
+                dk_blocks[j] = _accumulate(dk_blocks[j], grad_scores.transpose(1, 2), qs[:, rows])
+                if grad_bias is not None:
+                    _add_bias_grad(grad_bias, grad_scores, group, rows, cols)
+            dq_g = _flat(grad_q, group)[:, rows]
+            if dq is None:
+                dq_g.zero_()
+            else:
+                torch.mul(dq, scale, out=dq_g)
+        for grad, blocks in ((grad_k, dk_blocks), (grad_v, dv_blocks)):
+            width = grad.shape[-1]
+            parts = [
+                q.new_zeros(group.size, min(bk, tk - j * bk), width) if b is None else b
+                for j, b in enumerate(blocks)
+            ]
+            torch.cat(parts, dim=1, out=_flat(grad, group))
+    return grad_q, grad_k, grad_v, grad_bias
+
+
+def _add_bias_grad(
+    grad_bias: Tensor, grad_scores: Tensor, group: _Group, rows: slice, cols: slice
+) -> None:
+    """Sum one tile of dS (n, bq, bk) into the bias gradient over the bias's broadcast dims."""
+    tile = grad_scores.view(-1, group.heads.stop - group.heads.start, *grad_scores.shape[1:])
+    spans = (group.batches, group.heads, rows, cols)
+    broadcast = [d for d in range(4) if grad_bias.shape[d] == 1 and tile.shape[d] > 1]
+    if broadcast:
+        tile = tile.sum(broadcast, keepdim=True)
+    index = tuple(slice(0, 1) if grad_bias.shape[d] == 1 else spans[d] for d in range(4))
+    grad_bias[index] += tile
+
+
+class ChunkedAttentionFunction(torch.autograd.Function):
+    """(query, key, value, mask, causal, scale, block_size) -> (output, lse).
+
+    Shapes: query (B, H, Tq, Dh), key (B, H, Tk, Dh), value (B, H, Tk, Dv), all one float
+    dtype (float32 or float64; callers promote half precisions); mask None, bool (True =
+    may attend) or a float bias in that dtype, broadcastable to (B, H, Tq, Tk) -> output
+    (B, H, Tq, Dv), lse (B, H, Tq) (-inf for a row with no key allowed).  Saves only the
+    inputs, the output and lse; the backward recomputes tile by tile.
+    """
+
+    @staticmethod
+    def forward(ctx, query, key, value, mask, causal, scale, block_size):
+        query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
+        shape = (*query.shape[:3], key.shape[2])
+        options = _Options(_Mask.of(mask, shape), causal, scale, block_size)
+        output, lse = _forward(query, key, value, options)
+        ctx.save_for_backward(query, key, value, mask, output, lse)
+        ctx.options = options._replace(mask=None)  # tensors travel via save_for_backward
+        return output, lse
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output, grad_lse):
+        query, key, value, mask, output, lse = ctx.saved_tensors
+        bias_grad_shape = None
+        if mask is not None and mask.is_floating_point() and ctx.needs_input_grad[3]:
+            bias_grad_shape = (1,) * (4 - mask.dim()) + tuple(mask.shape)
+        grad_output = grad_output.contiguous()
+        options = ctx.options._replace(mask=_Mask.of(mask, (*query.shape[:3], key.shape[2])))
+        grads = _backward(
+            query, key, value, output, lse, grad_output, grad_lse, options, bias_grad_shape
+        )
+        grad_q, grad_k, grad_v, grad_bias = grads
+        if grad_bias is not None:
+            grad_bias = grad_bias.view(mask.shape)
+        return grad_q, grad_k, grad_v, grad_bias, None, None, None
