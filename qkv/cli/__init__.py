@@ -1,0 +1,1 @@
+"""The ``qkv`` command: parses arguments and calls library functions, nothing more."""

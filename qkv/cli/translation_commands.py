@@ -1,0 +1,261 @@
+"""Subcommands for translation: demo, train translation, translate, evaluate, attention."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .options import add_train_options, train_config_from
+
+EXAMPLE = "\n\nexample:\n  "
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    raw = argparse.RawDescriptionHelpFormatter
+
+    demo = commands.add_parser(
+        "demo",
+        help="train a small Transformer on generated dates and show its attention (~4 min on a CPU)",
+        description="The main job on the built-in data: trains a small Transformer to turn "
+        "human-written dates into ISO dates, prints translations and test exact-match "
+        "accuracy, and writes cross-attention heatmaps (PNG)."
+        + EXAMPLE
+        + "qkv demo --out qkv-demo",
+        formatter_class=raw,
+    )
+    demo.add_argument(
+        "part",
+        nargs="?",
+        default="translation",
+        choices=["translation", "captioning"],
+        help="translation (default): dates -> ISO dates with a Transformer; "
+        "captioning: a captioner on generated scenes",
+    )
+    demo.add_argument(
+        "--out", help="folder for checkpoints and pictures (default: qkv-demo, qkv-demo-captioning)"
+    )
+    demo.set_defaults(run=_demo)
+
+    train = commands.add_parser("train", help="train a model (translation)")
+    tasks = train.add_subparsers(dest="task", metavar="TASK")
+    tasks.required = True
+    translation = tasks.add_parser(
+        "translation",
+        help="train a translator (Transformer, RNN with attention, RNN baseline)",
+        description="Train a translator on a built-in corpus (dates, ding-de-en, bible-en-es) or "
+        "your own files (x.tsv of source<TAB>target lines, or src.txt,tgt.txt; '{split}' in a "
+        "path is replaced by train/valid/test). Checkpoints, the tokenizer and log.jsonl go to "
+        "--out; --resume continues an interrupted run exactly."
+        + EXAMPLE
+        + "qkv train translation --model transformer --data ding-de-en --out runs/de-en --max-minutes 30"
+        + "\n  qkv train translation --model rnn-attention --score general --data dates --out runs/rnn",
+        formatter_class=raw,
+    )
+    translation.add_argument(
+        "--model",
+        default="transformer",
+        choices=["transformer", "rnn-attention", "rnn"],
+        help="model type (default: transformer)",
+    )
+    translation.add_argument(
+        "--data", default="dates", help="corpus name or file(s) (default: dates)"
+    )
+    translation.add_argument("--valid", help="validation file, when --data is a single file")
+    translation.add_argument(
+        "--out", required=True, help="run folder (checkpoints, tokenizer, log.jsonl)"
+    )
+    translation.add_argument(
+        "--size",
+        default="small",
+        choices=["small", "base"],
+        help="model size (default: small, CPU-sized)",
+    )
+    translation.add_argument(
+        "--score",
+        default="additive",
+        choices=["additive", "dot", "general"],
+        help="RNN attention score (default: additive, Bahdanau)",
+    )
+    translation.add_argument(
+        "--tokenizer",
+        default="auto",
+        choices=["auto", "char", "bpe"],
+        help="auto: char for dates, BPE otherwise",
+    )
+    translation.add_argument(
+        "--vocab-size", type=int, default=8000, help="BPE vocabulary size (default: 8000)"
+    )
+    translation.add_argument(
+        "--max-len",
+        type=int,
+        default=128,
+        help="longest sentence in tokens; longer ones are truncated with a warning",
+    )
+    translation.add_argument(
+        "--max-words", type=int, help="drop training pairs whose source has more words"
+    )
+    add_train_options(translation)
+    translation.set_defaults(run=_train_translation)
+
+    translate = commands.add_parser(
+        "translate",
+        help="translate sentences with a trained checkpoint",
+        description="Translate sentences given as arguments, or one per line on stdin."
+        + EXAMPLE
+        + 'qkv translate --checkpoint qkv-demo "the 3rd of March 1998" "3/3/98"\n  echo "Das ist gut." | qkv translate --checkpoint runs/de-en --beam 4',
+        formatter_class=raw,
+    )
+    translate.add_argument(
+        "--checkpoint", required=True, help="a run folder (its best checkpoint) or a step folder"
+    )
+    translate.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy, default)")
+    translate.add_argument(
+        "--length-penalty",
+        type=float,
+        default=1.0,
+        help="GNMT length penalty alpha for beam search",
+    )
+    translate.add_argument("--device", default="cpu", help="cpu or cuda")
+    translate.add_argument(
+        "sentences", nargs="*", help="sentences to translate (default: read stdin)"
+    )
+    translate.set_defaults(run=_translate)
+
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="score a checkpoint on a corpus split (BLEU, chrF, exact match)",
+        description="Translate a split and score it with sacreBLEU (BLEU, chrF, with their signatures) and exact match."
+        + EXAMPLE
+        + "qkv evaluate --checkpoint qkv-demo --data dates --split test --json",
+        formatter_class=raw,
+    )
+    evaluate.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
+    evaluate.add_argument("--data", required=True, help="corpus name or file(s)")
+    evaluate.add_argument(
+        "--split", default="test", choices=["train", "valid", "test"], help="default: test"
+    )
+    evaluate.add_argument("--beam", type=int, default=4, help="beam size (default: 4)")
+    evaluate.add_argument("--limit", type=int, help="score only the first N sentences")
+    evaluate.add_argument("--device", default="cpu", help="cpu or cuda")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.set_defaults(run=_evaluate)
+
+    attention = commands.add_parser(
+        "attention",
+        help="plot the cross-attention of a translation as a heatmap (PNG)",
+        description="Translate one sentence and plot which source tokens each generated token attended to."
+        + EXAMPLE
+        + 'qkv attention --checkpoint qkv-demo "Tuesday, March 3, 1998" --out alignment.png --layer 1 --head 0',
+        formatter_class=raw,
+    )
+    attention.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
+    attention.add_argument("sentence", help="the source sentence")
+    attention.add_argument("--out", required=True, help="PNG file to write")
+    attention.add_argument("--layer", type=int, help="decoder layer (default: the last)")
+    attention.add_argument("--head", type=int, help="head (default: the mean over heads)")
+    attention.add_argument(
+        "--all-heads", action="store_true", help="one panel per head of the layer"
+    )
+    attention.add_argument(
+        "--beam", type=int, default=1, help="beam size for the translation (default: 1)"
+    )
+    attention.set_defaults(run=_attention)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    if args.part == "captioning":
+        from ..tasks import demo_captioning
+
+        demo_captioning(args.out or "qkv-demo-captioning")
+        return 0
+    from ..tasks import run_demo
+
+    run_demo(args.out or "qkv-demo")
+    return 0
+
+
+def _train_translation(args: argparse.Namespace) -> int:
+    from ..tasks import TranslationSetup, train_translation
+
+    setup = TranslationSetup(
+        data=args.data,
+        valid=args.valid,
+        model=args.model,
+        size=args.size,
+        score=args.score,
+        tokenizer=args.tokenizer,
+        vocab_size=args.vocab_size,
+        max_len=args.max_len,
+        max_words=args.max_words,
+    )
+    result = train_translation(setup, train_config_from(args), args.out, resume=args.resume)
+    best = (
+        f", best {result.best_metric} {result.best_value:.4g} at step {result.best_step}"
+        if result.best_metric
+        else ""
+    )
+    print(
+        f"done: {result.steps} steps, {result.epochs} epochs, {result.elapsed:.0f} s, stopped by {result.stop_reason}{best}"
+    )
+    print(f"checkpoint: {args.out}")
+    return 0
+
+
+def _translate(args: argparse.Namespace) -> int:
+    from ..tasks import Translator
+
+    sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not sentences:
+        raise ValueError("no sentences: pass them as arguments or on stdin")
+    translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
+    for translation in translator.translate(
+        sentences, beam=args.beam, length_penalty=args.length_penalty
+    ):
+        print(translation.text)
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from ..training import checkpoint_model_type
+
+    if checkpoint_model_type(args.checkpoint) == "captioner":
+        from .captioning_commands import evaluate_command
+
+        return evaluate_command(args)
+    from ..tasks import Translator, evaluate_translation
+
+    translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
+    scores, _, _ = evaluate_translation(
+        translator, args.data, split=args.split, beam=args.beam, limit=args.limit
+    )
+    if args.json:
+        print(json.dumps(scores.as_dict()))
+    else:
+        print(f"{args.data} {args.split} ({scores.num_sentences} sentences, beam {args.beam})")
+        print(
+            f"BLEU {scores.bleu:.2f}   chrF {scores.chrf:.2f}   exact match {scores.exact_match:.1%}"
+        )
+        for name, signature in scores.signature.items():
+            print(f"{name} signature: {signature}")
+    return 0
+
+
+def _attention(args: argparse.Namespace) -> int:
+    from ..tasks import Translator, plot_translation_attention
+
+    if not args.out.lower().endswith(".png"):
+        raise ValueError(f"--out {args.out!r} must be a .png file")
+    translator = Translator.from_checkpoint(args.checkpoint)
+    (translation,) = translator.translate([args.sentence], beam=args.beam)
+    path = plot_translation_attention(
+        translator,
+        translation,
+        args.out,
+        layer=args.layer,
+        head=args.head,
+        all_heads=args.all_heads,
+    )
+    print(f"{translation.source} -> {translation.text}")
+    print(f"heatmap: {path}")
+    return 0

@@ -1,0 +1,311 @@
+"""Training an image captioner: data -> word vocabulary -> Show, Attend and Tell -> the trainer.
+
+The data is either the generated shapes scenes (``data="shapes"``, no download) or a
+Karpathy-split JSON (Flickr8k, Flickr30k, COCO) with its pictures in an images folder.
+Whatever the source, images reach the model as (3, image_size, image_size) floats in [0, 1]
+and captions as lowercase word lists.
+
+How batches are sized: the trainer's token budget (``TrainConfig.max_tokens``) counts each
+item as the longer of its source and its target, and an image's "source length" here is its
+number of regions P, so ``max_tokens = 4096`` with 8 x 8 regions gives 64 captions per batch
+(the batch size of Xu et al. 2015).  Captions longer than P tokens make smaller batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from ..data import Batch
+from ..data.captions import CaptionDataset, CaptionExample, WordVocab, collate_captions
+from ..data.karpathy import read_karpathy
+from ..data.scenes import scene_dataset
+from ..models import CaptionerConfig, build_model
+from ..training import TrainConfig, TrainResult, read_pointer, train
+from .captioner_eval import ImageCaptioner, evaluate_captioning, read_vocab
+
+__all__ = [
+    "SCENES",
+    "VOCAB_FILE",
+    "CaptioningSetup",
+    "CaptionTrainingData",
+    "caption_examples",
+    "remember_images",
+    "build_captioner",
+    "train_captioning",
+]
+
+#: ``--data`` value of the generated scenes.
+SCENES = "shapes"
+#: The vocabulary's name among the checkpoint's tokenizers (file ``tokenizer_vocab.json``).
+VOCAB_FILE = "vocab"
+#: Decoded training images are kept in memory (as bytes) up to this many bytes.
+IMAGE_CACHE_BYTES = 2 * 1024**3
+
+
+@dataclass(frozen=True)
+class CaptioningSetup:
+    """What to train on and which captioner to build (the trainer's knobs are a TrainConfig).
+
+    data: "shapes" (the generated scenes) or the path of a Karpathy-format JSON file.
+    images: the folder holding the JSON's pictures (None: the JSON file's own folder).
+    image_size: the side, in pixels, that every image is resized (and centre-cropped) to.
+    min_count: words seen fewer times in the training captions become ``<unk>``.
+    max_caption_len: training captions are cut to this many words; captions are generated
+        up to this many words.
+    train_size / valid_size: use only the first N images of the split (None: all of it).
+        The validation images give the validation loss and, decoded greedily, BLEU-4.
+    score, attention, gate, doubly_stochastic, encoder, pretrained_encoder, grid,
+    feature_dim, embedding_dim, hidden_dim, attention_dim, dropout: the
+        :class:`~qkv.models.CaptionerConfig` fields of the same names (``attention=False``
+        is the mean-feature baseline; ``doubly_stochastic`` is the regulariser's lambda).
+    """
+
+    data: str = SCENES
+    images: str | None = None
+    image_size: int = 64
+    min_count: int = 5
+    max_caption_len: int = 20
+    train_size: int | None = None
+    valid_size: int | None = 300
+    score: str = "additive"
+    attention: bool = True
+    gate: bool = True
+    doubly_stochastic: float = 1.0
+    encoder: str = "resnet-small"
+    pretrained_encoder: bool = False
+    grid: int = 8
+    feature_dim: int = 128
+    embedding_dim: int = 128
+    hidden_dim: int = 256
+    attention_dim: int | None = 128
+    dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("min_count", "max_caption_len", "image_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+        for name in ("train_size", "valid_size"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}={value!r} must be a positive number of images or None")
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def caption_examples(
+    data: str,
+    split: str,
+    *,
+    image_size: int,
+    images: str | Path | None = None,
+    size: int | None = None,
+) -> list[CaptionExample]:
+    """The ``split`` ("train", "valid" / "val" or "test") of ``data``: "shapes" (the
+    generated scenes, drawn at ``image_size``) or a Karpathy JSON whose pictures lie in
+    ``images`` (default: the JSON's folder).  ``size`` keeps the first N images.
+
+    Raises FileNotFoundError for a missing JSON or picture, ValueError for anything else
+    (not a JSON, missing fields, an empty split)."""
+    if size is not None and size < 1:
+        raise ValueError(f"size={size} must be a positive number of images")
+    if data == SCENES:
+        return scene_dataset(split, image_size=image_size, size=size)
+    path = Path(data)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"--data {data!r} is neither {SCENES!r} (the generated scenes) nor an existing "
+            "Karpathy-format JSON file"
+        )
+    if path.is_dir():
+        raise ValueError(f"--data {data!r} is a folder; give the Karpathy JSON file inside it")
+    folder = path.parent if images is None else Path(images)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"images folder not found: {folder}")
+    examples = read_karpathy(path, folder, split, image_size=image_size)
+    return examples if size is None else examples[:size]
+
+
+def _karpathy_has_split(path: Path, split: str) -> bool:
+    """Whether a Karpathy JSON lists any image of ``split`` (errors are left to the reader)."""
+    wanted = {"valid": "val"}.get(split, split)
+    try:
+        records = json.loads(path.read_text(encoding="utf-8")).get("images", [])
+        return any(isinstance(r, dict) and r.get("split") == wanted for r in records)
+    except (OSError, ValueError, AttributeError):
+        return True  # let read_karpathy report what is wrong, in its own words
+
+
+class _ImageMemory:
+    """Keeps decoded images (as uint8 when that is exact) so later epochs skip the decoding."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes, self.used = max_bytes, 0
+        self.images: dict[int, Tensor] = {}
+
+    def load(self, index: int, loader: Callable[[], Tensor]) -> Tensor:
+        stored = self.images.get(index)
+        if stored is not None:
+            return stored.float().div_(255.0) if stored.dtype == torch.uint8 else stored
+        image = loader()
+        as_bytes = (image * 255.0).round_().clamp_(0, 255).to(torch.uint8)
+        exact = torch.equal(as_bytes.float().div_(255.0), image)
+        keep = as_bytes if exact else image
+        size = keep.numel() * keep.element_size()
+        if self.used + size <= self.max_bytes:
+            self.images[index], self.used = keep, self.used + size
+        return image
+
+
+def remember_images(
+    examples: Sequence[CaptionExample], *, max_bytes: int = IMAGE_CACHE_BYTES
+) -> list[CaptionExample]:
+    """The same examples, whose images are decoded once and then kept in memory (up to
+    ``max_bytes``; images past that are decoded on every access, as before)."""
+    memory = _ImageMemory(max_bytes)
+    return [
+        dataclasses.replace(e, load_image=functools.partial(memory.load, i, e.load_image))
+        for i, e in enumerate(examples)
+    ]
+
+
+class CaptionTrainingData:
+    """A :class:`~qkv.data.captions.CaptionDataset` in the form the trainer reads: one item
+    per (image, caption) pair, its lengths (an image counts as ``num_regions`` positions, a
+    caption as its ids with ``<s>`` and ``</s>``) and ``collate``.
+
+    Shapes: ``collate`` -> Batch with source (B, 3, S, S), target (B, T)."""
+
+    def __init__(self, dataset: CaptionDataset, *, num_regions: int):
+        self.dataset = dataset
+        cut = dataset.max_caption_len
+        self.target_lengths = [
+            min(len(dataset.examples[image].captions[caption]), cut) + 2
+            for image, caption in dataset.items
+        ]
+        self.source_lengths = [num_regions] * len(self.target_lengths)
+
+    def __len__(self) -> int:
+        return len(self.target_lengths)
+
+    def collate(self, indices: Sequence[int]) -> Batch:
+        return collate_captions([self.dataset[i] for i in indices])
+
+
+# ---------------------------------------------------------------------------- model
+
+
+def build_captioner(setup: CaptioningSetup, vocab_size: int) -> nn.Module:
+    """The captioner the setup describes (CaptionerConfig validates every value)."""
+    config = CaptionerConfig(
+        vocab_size=vocab_size,
+        image_size=setup.image_size,
+        encoder=setup.encoder,
+        pretrained_encoder=setup.pretrained_encoder,
+        feature_dim=setup.feature_dim,
+        grid=setup.grid,
+        embedding_dim=setup.embedding_dim,
+        hidden_dim=setup.hidden_dim,
+        attention_dim=setup.attention_dim,
+        score=setup.score,
+        attention=setup.attention,
+        gate=setup.gate,
+        doubly_stochastic=setup.doubly_stochastic,
+        dropout=setup.dropout,
+        max_len=setup.max_caption_len + 1,
+    )
+    return build_model("captioner", config)
+
+
+# ---------------------------------------------------------------------------- training
+
+
+def _splits(setup: CaptioningSetup) -> tuple[list[CaptionExample], list[CaptionExample]]:
+    options = dict(image_size=setup.image_size, images=setup.images)
+    train_examples = caption_examples(setup.data, "train", size=setup.train_size, **options)
+    if setup.data != SCENES and not _karpathy_has_split(Path(setup.data), "val"):
+        return train_examples, []  # a JSON without a val split trains without validation
+    valid_examples = caption_examples(setup.data, "valid", size=setup.valid_size, **options)
+    return train_examples, valid_examples
+
+
+def _vocabulary(
+    setup: CaptioningSetup, train_examples: list[CaptionExample], out_dir: Path, resume: bool
+) -> WordVocab:
+    if resume:
+        last = read_pointer(out_dir, "last")
+        if last is None:
+            raise ValueError(
+                f"--resume: {out_dir} has no checkpoint to resume from; drop --resume to start"
+            )
+        return read_vocab(last)
+    captions = (caption for example in train_examples for caption in example.captions)
+    vocab = WordVocab.build(captions, min_count=setup.min_count)
+    if len(vocab) <= 4:
+        raise ValueError(
+            f"no word occurs {setup.min_count} times in the training captions of "
+            f"{setup.data!r}; lower --min-count"
+        )
+    return vocab
+
+
+def train_captioning(
+    setup: CaptioningSetup, config: TrainConfig, out_dir: str | Path, *, resume: bool = False
+) -> TrainResult:
+    """Train a captioner; checkpoints (weights, config, ``tokenizer_vocab.json``) go to
+    ``out_dir``.  Each validation logs the loss and, on up to ``valid_size`` validation
+    images decoded greedily, ``bleu`` (BLEU-4, 0-100, which picks the best checkpoint),
+    ``exact_match`` and, on the scenes, ``grounding`` / ``grounding_uniform``."""
+    out_dir = Path(out_dir)
+    train_examples, valid_examples = _splits(setup)
+    vocab = _vocabulary(setup, train_examples, out_dir, resume)
+    torch.manual_seed(config.seed)  # the same command twice builds the same initial model
+    model = build_captioner(setup, len(vocab))
+    regions = model.config.num_regions
+    options = dict(max_caption_len=setup.max_caption_len, per_caption=True)
+    train_data = CaptionTrainingData(
+        CaptionDataset(remember_images(train_examples), vocab, **options), num_regions=regions
+    )
+    valid_data, evaluate = None, None
+    if valid_examples:
+        valid_examples = remember_images(valid_examples)
+        valid_data = CaptionTrainingData(
+            CaptionDataset(valid_examples, vocab, **options), num_regions=regions
+        )
+        evaluate = _validation_metrics(vocab, valid_examples, setup.max_caption_len)
+    metadata = {"task": "captioning", "setup": dataclasses.asdict(setup)}
+    return train(
+        model,
+        train_data,
+        valid_data,
+        config,
+        out_dir,
+        evaluate=evaluate,
+        metadata=metadata,
+        tokenizers={VOCAB_FILE: vocab},
+        resume=resume,
+    )
+
+
+def _validation_metrics(
+    vocab: WordVocab, examples: list[CaptionExample], max_caption_len: int
+) -> Callable[[nn.Module], dict[str, float]]:
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        captioner = ImageCaptioner(model, vocab, max_caption_len=max_caption_len)
+        scores, _ = evaluate_captioning(captioner, examples, beam=1)
+        metrics = {"bleu": scores.bleu4, "exact_match": scores.exact_match}
+        if scores.grounding is not None:
+            metrics["grounding"] = scores.grounding
+            metrics["grounding_uniform"] = scores.grounding_uniform
+        return metrics
+
+    return evaluate

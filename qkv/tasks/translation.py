@@ -1,0 +1,182 @@
+"""Training a translator: data -> tokenizer -> model -> the shared trainer.
+
+Every translation model (``transformer``, ``rnn-attention``, ``rnn``) goes through the same
+function; only :data:`MODEL_BUILDERS` knows how to size each one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..data import (
+    TranslationDataset,
+    default_tokenizer_kind,
+    load_corpus,
+    train_tokenizer,
+    training_texts,
+)
+from ..data.tokenizers import Tokenizer
+from ..models import RNNConfig, TransformerConfig, build_model
+from ..training import TrainConfig, TrainResult, load_checkpoint, read_pointer, train
+from .translator import Translator
+
+__all__ = ["TranslationSetup", "MODEL_BUILDERS", "build_translation_model", "train_translation"]
+
+TOKENIZER_FILE = "tokenizer"
+
+
+@dataclass(frozen=True)
+class TranslationSetup:
+    """What to train on and which model to build (the trainer's knobs are a TrainConfig).
+
+    data: a corpus name (``dates``, ``ding-de-en``, ``bible-en-es``) or a file (``x.tsv``,
+        ``src.txt,tgt.txt``; ``{split}`` in the path is replaced by train/valid/test).
+    valid: a validation file when ``data`` is a file without ``{split}`` (None: the corpus's
+        own valid split, or no validation).
+    model: "transformer", "rnn-attention" or "rnn" (the no-attention baseline).
+    size: "small" (CPU-sized) or "base" (the paper's Transformer; a wider RNN).
+    score: the RNN's attention score ("additive", "dot", "general").
+    tokenizer: "auto" (char for dates, BPE otherwise), "char" or "bpe"; vocab_size for BPE.
+    max_len: longest source / target in tokens; longer ones are truncated with a warning.
+    max_words: drop training pairs with more source words than this (None: keep all).
+    valid_bleu_sentences: how many validation sentences are decoded (greedy) for BLEU.
+    """
+
+    data: str = "dates"
+    valid: str | None = None
+    model: str = "transformer"
+    size: str = "small"
+    score: str = "additive"
+    tokenizer: str = "auto"
+    vocab_size: int = 8000
+    max_len: int = 128
+    max_words: int | None = None
+    valid_bleu_sentences: int = 300
+
+
+def _transformer(setup: TranslationSetup, vocab_size: int) -> TransformerConfig:
+    preset = TransformerConfig.base if setup.size == "base" else TransformerConfig.small
+    return preset(vocab_size, share_embeddings=True, tie_output=True, max_len=setup.max_len + 2)
+
+
+def _rnn(attention: str | None) -> Callable[[TranslationSetup, int], RNNConfig]:
+    def build(setup: TranslationSetup, vocab_size: int) -> RNNConfig:
+        width = 512 if setup.size == "base" else 256
+        return RNNConfig(
+            vocab_size,
+            embedding_dim=width,
+            hidden_dim=width,
+            attention=setup.score if attention is None else attention,
+            share_embeddings=True,
+            max_len=setup.max_len + 2,
+        )
+
+    return build
+
+
+#: model type -> config builder(setup, joint vocabulary size)
+MODEL_BUILDERS: dict[str, Callable[[TranslationSetup, int], Any]] = {
+    "transformer": _transformer,
+    "rnn-attention": _rnn(None),
+    "rnn": _rnn("none"),
+}
+
+
+def build_translation_model(setup: TranslationSetup, vocab_size: int) -> nn.Module:
+    if setup.model not in MODEL_BUILDERS:
+        raise ValueError(
+            f"unknown translation model {setup.model!r}; choose from {sorted(MODEL_BUILDERS)}"
+        )
+    if setup.size not in ("small", "base"):
+        raise ValueError(f"unknown size {setup.size!r}; choose 'small' or 'base'")
+    return build_model(setup.model, MODEL_BUILDERS[setup.model](setup, vocab_size))
+
+
+def _splits(setup: TranslationSetup) -> tuple[list, list]:
+    train_pairs = load_corpus(setup.data, "train")
+    if setup.max_words is not None:
+        train_pairs = [p for p in train_pairs if len(p.source.split()) <= setup.max_words]
+    if setup.valid is not None:
+        valid_pairs = load_corpus(setup.valid, "valid")
+    elif "{split}" in setup.data or setup.data in _named_corpora():
+        valid_pairs = load_corpus(setup.data, "valid")
+    else:
+        valid_pairs = []
+    if not train_pairs:
+        raise ValueError(f"{setup.data!r} has no training pairs")
+    return train_pairs, valid_pairs
+
+
+def _named_corpora() -> list[str]:
+    from ..data import available_corpora
+
+    return available_corpora()
+
+
+def _tokenizer(setup: TranslationSetup, train_pairs: list) -> Tokenizer:
+    kind = default_tokenizer_kind(setup.data) if setup.tokenizer == "auto" else setup.tokenizer
+    return train_tokenizer(kind, training_texts(train_pairs), vocab_size=setup.vocab_size)
+
+
+def train_translation(
+    setup: TranslationSetup, config: TrainConfig, out_dir: str | Path, *, resume: bool = False
+) -> TrainResult:
+    """Train a translator; checkpoints (weights, config, tokenizer) go to ``out_dir``.
+
+    With ``resume`` the tokenizer and model come from the run's last checkpoint, so the run
+    continues exactly where it stopped; a different setup is refused by the trainer."""
+    train_pairs, valid_pairs = _splits(setup)
+    if resume:
+        if read_pointer(out_dir, "last") is None:
+            raise ValueError(
+                f"--resume: {out_dir} has no checkpoint to resume from; drop --resume to start"
+            )
+        previous = load_checkpoint(out_dir, load_tokenizers=True)
+        tokenizer = previous.tokenizers[TOKENIZER_FILE]
+    else:
+        tokenizer = _tokenizer(setup, train_pairs)
+    torch.manual_seed(config.seed)  # the same command twice builds the same initial model
+    model = build_translation_model(setup, tokenizer.vocab_size)
+    max_len = setup.max_len
+    train_data = TranslationDataset(
+        train_pairs, tokenizer, tokenizer, max_source_len=max_len, max_target_len=max_len + 2
+    )
+    valid_data = None
+    evaluate = None
+    if valid_pairs:
+        valid_data = TranslationDataset(
+            valid_pairs, tokenizer, tokenizer, max_source_len=max_len, max_target_len=max_len + 2
+        )
+        sample = valid_pairs[: setup.valid_bleu_sentences]
+        evaluate = _bleu_callback(tokenizer, sample, max_len)
+    metadata = {"task": "translation", "setup": dataclasses.asdict(setup)}
+    return train(
+        model,
+        train_data,
+        valid_data,
+        config,
+        out_dir,
+        evaluate=evaluate,
+        metadata=metadata,
+        tokenizers={TOKENIZER_FILE: tokenizer},
+        resume=resume,
+    )
+
+
+def _bleu_callback(tokenizer: Tokenizer, pairs: list, max_len: int):
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        translator = Translator(model, tokenizer, max_len=max_len)
+        hypotheses = [t.text for t in translator.translate([p.source for p in pairs], beam=1)]
+        from ..evaluation import corpus_scores
+
+        scores = corpus_scores(hypotheses, [p.target for p in pairs])
+        return {"bleu": scores.bleu, "exact_match": scores.exact_match}
+
+    return evaluate

@@ -1,0 +1,170 @@
+"""Using a trained translator: translate, score against references, look at its attention."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from ..data import BOS_ID, EOS_ID, PAD_ID, load_corpus, pad_sequences
+from ..data.tokenizers import Tokenizer
+from ..decoding import beam_search, greedy_search
+from ..evaluation import Scores, corpus_scores
+from ..training import load_checkpoint
+
+__all__ = ["Translation", "Translator", "evaluate_translation"]
+
+TRANSLATION_MODELS = ("transformer", "rnn-attention", "rnn")
+
+
+@dataclass
+class Translation:
+    """One translated sentence.  alignment: (len(tokens), len(source_tokens)) attention of
+    each generated token over the source tokens, when asked for."""
+
+    source: str
+    text: str
+    source_tokens: list[str]
+    tokens: list[str]
+    ids: list[int]
+    score: float
+    alignment: Tensor | None = None
+
+
+class Translator:
+    """A model and its tokenizer, ready to translate batches of sentences."""
+
+    def __init__(
+        self, model: nn.Module, tokenizer: Tokenizer, *, max_len: int, batch_size: int = 64
+    ):
+        self.model, self.tokenizer = model, tokenizer
+        self.max_len, self.batch_size = max_len, batch_size
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, *, device: str = "cpu") -> Translator:
+        checkpoint = load_checkpoint(path, map_location=device)
+        if checkpoint.model_type not in TRANSLATION_MODELS:
+            raise ValueError(
+                f"{checkpoint.directory} holds a {checkpoint.model_type!r} model, not a translator "
+                f"({', '.join(TRANSLATION_MODELS)}); use the command for that model's task"
+            )
+        if "tokenizer" not in checkpoint.tokenizers:
+            raise ValueError(
+                f"{checkpoint.directory} has no tokenizer file; it was not written by qkv train translation"
+            )
+        setup = checkpoint.metadata.get("setup", {})
+        return cls(
+            checkpoint.model,
+            checkpoint.tokenizers["tokenizer"],
+            max_len=int(setup.get("max_len", 128)),
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def encode_sources(self, sentences: Sequence[str]) -> list[list[int]]:
+        encoded = []
+        cut = 0
+        for index, sentence in enumerate(sentences):
+            ids = self.tokenizer.encode(sentence.strip())
+            if not ids:
+                raise ValueError(f"sentence {index} is empty: nothing to translate")
+            if len(ids) > self.max_len:
+                ids, cut = ids[: self.max_len], cut + 1
+            encoded.append(ids)
+        if cut:
+            warnings.warn(
+                f"{cut} sentence(s) longer than max_len={self.max_len} tokens were truncated",
+                stacklevel=2,
+            )
+        return encoded
+
+    @torch.no_grad()
+    def translate(
+        self,
+        sentences: Sequence[str],
+        *,
+        beam: int = 1,
+        length_penalty: float = 1.0,
+        need_attention: bool = False,
+    ) -> list[Translation]:
+        """Translate sentences (batched, longest first); beam=1 is greedy search."""
+        if isinstance(sentences, str):
+            raise TypeError("translate takes a list of sentences, not one string")
+        self.model.eval()
+        sources = self.encode_sources(sentences)
+        order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
+        results: list[Translation | None] = [None] * len(sources)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            source = pad_sequences([sources[i] for i in chunk], PAD_ID).to(self.device)
+            options = dict(
+                max_len=self.max_len + 1,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                pad_id=PAD_ID,
+                need_attention=need_attention,
+            )
+            if beam == 1:
+                found = greedy_search(self.model, source, **options)
+            else:
+                found = beam_search(
+                    self.model, source, beam_size=beam, length_penalty=length_penalty, **options
+                )
+            for row, index in enumerate(chunk):
+                ids = found.tokens[row]
+                alignment = None
+                if need_attention and found.attention is not None:
+                    alignment = found.attention[row][:, : len(sources[index])].cpu()
+                results[index] = Translation(
+                    source=sentences[index],
+                    text=self.tokenizer.decode(ids),
+                    source_tokens=self.tokenizer.tokens(sources[index]),
+                    tokens=self.tokenizer.tokens(ids),
+                    ids=list(ids),
+                    score=found.scores[row],
+                    alignment=alignment,
+                )
+        return results  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def cross_attention(self, translation: Translation) -> list[Tensor]:
+        """The cross-attention of every decoder layer for a finished translation, by a
+        teacher-forced pass over ``<s>`` + its tokens.  Per layer: (H, T, S) for multi-head
+        models, (1, T, S) for single-head ones; row t is the step that produced token t."""
+        source = pad_sequences(self.encode_sources([translation.source]), PAD_ID).to(self.device)
+        target_input = torch.tensor([[BOS_ID, *translation.ids]], device=self.device)
+        output = self.model(source, target_input, need_weights=True)
+        if not output.attention or "cross" not in output.attention:
+            raise ValueError(
+                f"{type(self.model).__name__} has no cross-attention to show (the no-attention baseline?)"
+            )
+        layers = []
+        for weights in output.attention["cross"]:
+            weights = weights[0]  # (H, T, S) or (T, S)
+            layers.append((weights if weights.dim() == 3 else weights[None]).float().cpu())
+        return layers
+
+
+def evaluate_translation(
+    translator: Translator,
+    data: str,
+    *,
+    split: str = "test",
+    beam: int = 4,
+    limit: int | None = None,
+) -> tuple[Scores, list[Translation], list[str]]:
+    """Translate a corpus split and score it (sacreBLEU BLEU and chrF, exact match)."""
+    pairs = load_corpus(data, split)
+    if limit is not None:
+        pairs = pairs[:limit]
+    if not pairs:
+        raise ValueError(f"{data!r} split {split!r} is empty")
+    translations = translator.translate([p.source for p in pairs], beam=beam)
+    references = [p.target for p in pairs]
+    return corpus_scores([t.text for t in translations], references), translations, references
