@@ -84,9 +84,13 @@ def attention_table(lengths: list[int], memory: bool) -> str:
             flops = 4 * HEADS * length * length * HEAD_DIM * (0.5 if causal else 1.0)
             baseline = {}
             for name in IMPLEMENTATIONS:
-                repeats = 3 if length <= 2048 else 1
-                fwd = timed(_forward(name, length, causal), repeats=repeats)
-                both = timed(_forward_backward(name, length, causal), repeats=repeats)
+                repeats, warmup = (
+                    (3, 1) if length <= 2048 else (1, 0)
+                )  # T >= 4096: seconds per call
+                fwd = timed(_forward(name, length, causal), repeats=repeats, warmup=warmup)
+                both = timed(
+                    _forward_backward(name, length, causal), repeats=repeats, warmup=warmup
+                )
                 mem = None
                 if memory and not causal:
                     mem = peak_memory_mib(
@@ -123,6 +127,36 @@ def attention_table(lengths: list[int], memory: bool) -> str:
         "peak MiB (fwd+bwd)",
     ]
     return table(headers, rows)
+
+
+def auto_overhead_table(lengths: list[int], rounds: int = 7) -> str:
+    """qkv ``auto`` against SDPA with the measurements interleaved (A B A B ...), so drift
+    on a shared machine falls on both alike: what qkv's dispatch and checks cost."""
+    import statistics
+    import time
+
+    rows = []
+    for causal in (False, True):
+        for length in lengths:
+            runs = {
+                "torch sdpa": _forward_backward("torch sdpa", length, causal),
+                "qkv auto": _forward_backward("qkv auto", length, causal),
+            }
+            times: dict[str, list[float]] = {name: [] for name in runs}
+            for run in runs.values():  # warm-up
+                run()
+            for _ in range(rounds):
+                for name, run in runs.items():
+                    start = time.perf_counter()
+                    run()
+                    times[name].append(time.perf_counter() - start)
+            sdpa, auto = (
+                statistics.median(times["torch sdpa"]),
+                statistics.median(times["qkv auto"]),
+            )
+            rows.append(["yes" if causal else "no", length, sdpa * 1e3, auto * 1e3, auto / sdpa])
+    headers = ["causal", "T", "sdpa fwd+bwd ms", "qkv auto fwd+bwd ms", "auto / sdpa"]
+    return f"interleaved, median of {rounds}\n\n" + table(headers, rows)
 
 
 def multihead_table(batch: int = 8, length: int = 256, d_model: int = 512, heads: int = 8) -> str:
@@ -183,16 +217,26 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="T = 256..1024 only")
     parser.add_argument("--lengths", type=int, nargs="*", help="sequence lengths to measure")
     parser.add_argument("--no-memory", action="store_true", help="skip the (slow) peak-memory runs")
+    parser.add_argument(
+        "--only", choices=["attention", "overhead", "multihead"], help="run one section"
+    )
     args = parser.parse_args()
     lengths = args.lengths or (
         [256, 512, 1024] if args.quick else [256, 512, 1024, 2048, 4096, 8192]
     )
     print(f"machine: {machine()}")
     print(f"fp32 matmul ceiling: {matmul_gflops():.0f} GFLOP/s (2048 x 2048)\n", flush=True)
-    print(f"## attention, fp32, B=1, H={HEADS}, Dh={HEAD_DIM}\n")
-    print(attention_table(lengths, memory=not args.no_memory))
-    print("\n## multi-head attention layer\n")
-    print(multihead_table())
+    if args.only in (None, "attention"):
+        print(f"## attention, fp32, B=1, H={HEADS}, Dh={HEAD_DIM}\n")
+        print(attention_table(lengths, memory=not args.no_memory))
+    if args.only in (None, "overhead"):
+        print("\n## qkv auto vs SDPA\n")
+        print(auto_overhead_table([t for t in lengths if t <= 2048]))
+    if args.only in (None, "multihead"):
+        print("\n## multi-head attention layer\n")
+        print(multihead_table(batch=8, length=256))
+        print()
+        print(multihead_table(batch=2, length=1024))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -36,13 +35,22 @@ def _rss_mib() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def _peak_rss_mib() -> float:
+    """This process's resident high-water mark (VmHWM).  Unlike getrusage's ru_maxrss, which
+    Linux carries across exec from the parent, VmHWM belongs to this address space alone."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB -> MiB
+    raise OSError("no VmHWM in /proc/self/status")
+
+
 def _child(target: Callable[[], Callable[[], object]], queue: mp.Queue) -> None:
     try:
         fn = target()  # builds inputs; what it allocates is the baseline
         baseline = _rss_mib()
         fn()
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
-        queue.put(max(0.0, peak - baseline))
+        queue.put(max(0.0, _peak_rss_mib() - baseline))
     except Exception as error:  # report, don't hang the parent
         queue.put(f"error: {error}")
 

@@ -299,3 +299,14 @@ def test_auto_routes_a_learned_bias_to_the_chunked_kernel():
     assert choice.backend == "chunked" and "requires grad" in choice.passed_over["sdpa"]
     with torch.no_grad():
         assert explain_backend(q, q, q, mask=bias).backend == "sdpa"
+
+
+def test_masked_softmax_without_grad_takes_the_fused_path_and_agrees():
+    scores = torch.randn(4, 6)
+    mask = torch.rand(4, 6) > 0.5
+    mask[2] = False
+    with torch.no_grad():
+        fast = masked_softmax(scores, mask)
+    slow = masked_softmax(scores.clone().requires_grad_(True), mask).detach()
+    assert torch.allclose(fast, slow, atol=1e-7)
+    assert torch.all(fast[2] == 0) and torch.isfinite(fast).all()

@@ -93,7 +93,17 @@ def add_train_parser(tasks: argparse._SubParsersAction) -> None:
     model.add_argument("--attention-dim", type=int, default=128, help="additive score width")
     model.add_argument("--dropout", type=float, default=0.1, help="before the output layer")
     add_train_options(captioning)
-    captioning.set_defaults(run=_train_captioning, **TRAIN_DEFAULTS)
+    captioning.set_defaults(run=_train_captioning)
+    _change_defaults(captioning, TRAIN_DEFAULTS)
+
+
+def _change_defaults(parser: argparse.ArgumentParser, defaults: dict[str, object]) -> None:
+    """Set the defaults of options that ``add_train_options`` added, and say so in their
+    help (argparse has no public way to reach an added option's help text)."""
+    parser.set_defaults(**defaults)
+    for action in parser._actions:
+        if action.dest in defaults:
+            action.help = f"default for captioning: {defaults[action.dest]}"
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -23,6 +23,10 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) ->
                 f"masked_softmax takes a boolean mask (True = may attend), got {mask.dtype}"
             )
         scores = scores.masked_fill(~mask, float("-inf"))
+    if not (torch.is_grad_enabled() and scores.requires_grad):
+        # No gradient wanted (inference, weights for inspection): PyTorch's fused softmax,
+        # whose NaN rows (nothing to attend) become zeros.
+        return torch.softmax(scores, dim).nan_to_num_(0.0)
     # Subtracting the row max keeps exp() in range; a detached shift leaves the gradient of
     # softmax unchanged (it is shift-invariant).  Fully masked rows have max -inf: shift by 0.
     row_max = scores.detach().amax(dim, keepdim=True)

@@ -18,6 +18,10 @@ from .captioning import SCENES, CaptioningSetup, caption_examples, train_caption
 __all__ = ["DEMO_CAPTIONING_SETUP", "DEMO_CAPTIONING_CONFIG", "demo_captioning"]
 
 #: A narrower captioner than the default, so a few minutes of CPU teach it the scenes.
+#: Without the doubly stochastic regulariser (lambda = 0): it asks every region to be looked
+#: at about once per caption, while a scene's named object covers under a tenth of the
+#: image; measured at 1200 steps, lambda = 0 put 3.8x the uniform share of attention on
+#: the named object, lambda = 0.1 3.5x and lambda = 1 1.9x, at about the same BLEU.
 DEMO_CAPTIONING_SETUP = CaptioningSetup(
     data=SCENES,
     image_size=64,
@@ -27,6 +31,7 @@ DEMO_CAPTIONING_SETUP = CaptioningSetup(
     embedding_dim=64,
     hidden_dim=128,
     attention_dim=64,
+    doubly_stochastic=0.0,
     dropout=0.0,
 )
 
@@ -40,7 +45,7 @@ DEMO_CAPTIONING_CONFIG = TrainConfig(
     epochs=None,
     max_steps=1500,
     max_minutes=4.0,
-    validate_every=250,
+    validate_every=500,
     log_every=25,
 )
 

@@ -26,7 +26,7 @@ DEMO_TRAIN_CONFIG = TrainConfig(
     max_tokens=1024,
     epochs=None,
     max_steps=1500,
-    max_minutes=3.5,
+    max_minutes=4.25,
     validate_every=500,
     log_every=50,
 )
