@@ -376,3 +376,20 @@ def test_no_attention_baseline_has_no_strips(tmp_path, capsys):
     argv = ["evaluate", "--checkpoint", str(out), "--data", "shapes", "--limit", "2", "--json"]
     assert run_cli(argv) == 0
     assert json.loads(capsys.readouterr().out)["grounding"] is None
+
+
+def test_demo_trains_scores_and_writes_strips(tmp_path):
+    from qkv.tasks import demo_captioning
+
+    setup = CaptioningSetup(image_size=32, grid=4, feature_dim=8, embedding_dim=8, hidden_dim=8,
+                            attention_dim=8, min_count=1, train_size=8, valid_size=2,
+                            max_caption_len=6)  # fmt: skip
+    config = TrainConfig(max_steps=2, epochs=None, warmup_steps=0, device="cpu")
+    lines = []
+    scores = demo_captioning(tmp_path, setup=setup, config=config, say=lines.append)
+    assert scores["steps"] == 2 and 0.0 <= scores["bleu4"] <= 100.0
+    assert {"exact_match", "grounding", "grounding_uniform"} <= set(scores)
+    assert sorted(p.name for p in (tmp_path / "attention").iterdir()) == [
+        f"scene-{index}.png" for index in range(4)
+    ]
+    assert any(line.startswith("test scenes: BLEU-4") for line in lines)

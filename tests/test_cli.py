@@ -7,7 +7,7 @@ import pytest
 
 from qkv.cli.main import build_parser, main
 
-COMMANDS = [["demo"], ["train", "translation"], ["translate"], ["evaluate"], ["attention"]]
+COMMANDS = [["demo"], ["train", "translation"], ["train", "captioning"], ["translate"], ["evaluate"], ["attention"], ["caption"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c))

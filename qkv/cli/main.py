@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import translation_commands
+from . import captioning_commands, translation_commands
 
 __all__ = ["main", "build_parser"]
 
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     translation_commands.register(commands)
+    captioning_commands.register(commands)
     return parser
 
 

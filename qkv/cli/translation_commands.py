@@ -37,7 +37,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     demo.set_defaults(run=_demo)
 
-    train = commands.add_parser("train", help="train a model (translation)")
+    train = commands.add_parser("train", help="train a model (translation or captioning)")
     tasks = train.add_subparsers(dest="task", metavar="TASK")
     tasks.required = True
     translation = tasks.add_parser(
@@ -97,6 +97,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     add_train_options(translation)
     translation.set_defaults(run=_train_translation)
+    from .captioning_commands import add_train_parser
+
+    add_train_parser(tasks)
 
     translate = commands.add_parser(
         "translate",
@@ -139,6 +142,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--limit", type=int, help="score only the first N sentences")
     evaluate.add_argument("--device", default="cpu", help="cpu or cuda")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.add_argument("--images", help="captioners on a Karpathy JSON: the image folder")
     evaluate.set_defaults(run=_evaluate)
 
     attention = commands.add_parser(

@@ -35,8 +35,8 @@ EXAMPLES = [
     "the 3rd of March 1998",
     "Tuesday, March 3, 1998",
     "3/3/98",
-    "July 14th, 1789",
-    "1 jan 2000",
+    "July 14th, 1969",
+    "1 Jan 2000",
 ]
 
 

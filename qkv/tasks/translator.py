@@ -14,7 +14,7 @@ from ..data import BOS_ID, EOS_ID, PAD_ID, load_corpus, pad_sequences
 from ..data.tokenizers import Tokenizer
 from ..decoding import beam_search, greedy_search
 from ..evaluation import Scores, corpus_scores
-from ..training import load_checkpoint
+from ..training import checkpoint_model_type, load_checkpoint
 
 __all__ = ["Translation", "Translator", "evaluate_translation"]
 
@@ -46,12 +46,13 @@ class Translator:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, *, device: str = "cpu") -> Translator:
-        checkpoint = load_checkpoint(path, map_location=device)
-        if checkpoint.model_type not in TRANSLATION_MODELS:
+        model_type = checkpoint_model_type(path)
+        if model_type not in TRANSLATION_MODELS:
             raise ValueError(
-                f"{checkpoint.directory} holds a {checkpoint.model_type!r} model, not a translator "
+                f"{path} holds a {model_type!r} model, not a translator "
                 f"({', '.join(TRANSLATION_MODELS)}); use the command for that model's task"
             )
+        checkpoint = load_checkpoint(path, map_location=device)
         if "tokenizer" not in checkpoint.tokenizers:
             raise ValueError(
                 f"{checkpoint.directory} has no tokenizer file; it was not written by qkv train translation"
@@ -103,8 +104,11 @@ class Translator:
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
             source = pad_sequences([sources[i] for i in chunk], PAD_ID).to(self.device)
+            # A translation is rarely much longer than its source (fairseq's a * len + b);
+            # the +1 leaves room for </s>.
+            max_len = min(self.max_len, int(1.5 * source.shape[1]) + 10) + 1
             options = dict(
-                max_len=self.max_len + 1,
+                max_len=max_len,
                 bos_id=BOS_ID,
                 eos_id=EOS_ID,
                 pad_id=PAD_ID,

@@ -33,7 +33,12 @@ class SDPABackend:
         if call.need_weights:
             return "need_weights=True: the fused kernels never form the weight matrix"
         mask = call.mask
-        if mask is not None and mask.is_floating_point() and mask.requires_grad and torch.is_grad_enabled():
+        if (
+            mask is not None
+            and mask.is_floating_point()
+            and mask.requires_grad
+            and torch.is_grad_enabled()
+        ):
             return (
                 "a float bias that requires grad: SDPA falls back to its O(T^2) math kernel; "
                 "chunked computes the bias gradient in O(T) memory"
