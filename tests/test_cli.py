@@ -28,7 +28,7 @@ def tiny_run(tmp_path_factory):
     out = root / "run"
     args = ["train", "translation", "--data", str(root / "{split}.tsv"), "--out", str(out)]
     args += ["--tokenizer", "char", "--max-steps", "4", "--validate-every", "2", "--warmup-steps", "2"]
-    args += ["--max-tokens", "64", "--device", "cpu", "--log-every", "1"]
+    args += ["--max-tokens", "64", "--device", "cpu", "--log-every", "1", "--threads", "1"]
     assert main(args) == 0
     return root, out, args
 
@@ -47,6 +47,10 @@ def test_translate_evaluate_and_attention_work_on_the_checkpoint(tiny_run, capsy
     assert main(["evaluate", "--checkpoint", str(out), "--data", str(root / "{split}.tsv"), "--split", "valid", "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert {"bleu", "chrf", "exact_match", "signature"} <= set(scores)
+    assert main(["evaluate", "--checkpoint", str(out), "--data", str(root / "{split}.tsv"), "--split", "valid", "--json", "--by-length", "--beam", "1"]) == 0
+    by_length = json.loads(capsys.readouterr().out)["by_length"]
+    assert [b["label"] for b in by_length] == ["0-10", "11-20", "21-30", "31-40", "41+"]
+    assert by_length[0]["count"] > 0 and by_length[-1] == {"label": "41+", "count": 0, "bleu": None}
     assert main(["attention", "--checkpoint", str(out), "abc", "--out", str(tmp_path / "a.png")]) == 0
     assert (tmp_path / "a.png").stat().st_size > 1000
 

@@ -4,7 +4,12 @@ import pytest
 import torch
 from PIL import Image
 
-from qkv.plotting import plot_alignment, plot_alignment_grid, plot_image_attention
+from qkv.plotting import (
+    plot_alignment,
+    plot_alignment_grid,
+    plot_bleu_by_length,
+    plot_image_attention,
+)
 
 
 def test_alignment_heatmap_is_a_png(tmp_path):
@@ -38,3 +43,15 @@ def test_mismatched_labels_and_grids_raise():
         plot_image_attention(
             torch.rand(3, 8, 8), ["a"], torch.rand(1, 8), "/tmp/never.png", grid=(3, 3)
         )
+
+
+def test_bleu_by_length_plot_is_a_png_and_checks_its_curves(tmp_path):
+    buckets = ["0-10", "11-20", "21+"]
+    curves = {"rnn": [20.0, 12.0, 5.0], "rnn-attention": [22.0, 21.0, float("nan")]}
+    path = plot_bleu_by_length(buckets, curves, tmp_path / "c.png", counts=[5, 3, 0], title="t")
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.size[0] > 100
+    with pytest.raises(ValueError, match="has 2 values for 3 buckets"):
+        plot_bleu_by_length(buckets, {"rnn": [1.0, 2.0]}, tmp_path / "d.png")
+    with pytest.raises(ValueError, match="no curves"):
+        plot_bleu_by_length(buckets, {}, tmp_path / "e.png")

@@ -1,5 +1,7 @@
-"""Pictures of attention: alignment heatmaps and image overlays (matplotlib, files only)."""
+"""Pictures of attention and its effect: alignment heatmaps, image overlays, BLEU curves
+(matplotlib, files only)."""
 
+from .curves import plot_bleu_by_length
 from .heatmaps import plot_alignment, plot_alignment_grid, plot_image_attention
 
-__all__ = ["plot_alignment", "plot_alignment_grid", "plot_image_attention"]
+__all__ = ["plot_alignment", "plot_alignment_grid", "plot_image_attention", "plot_bleu_by_length"]

@@ -41,7 +41,10 @@ class TranslationSetup:
     valid: a validation file when ``data`` is a file without ``{split}`` (None: the corpus's
         own valid split, or no validation).
     model: "transformer", "rnn-attention" or "rnn" (the no-attention baseline).
-    size: "small" (CPU-sized) or "base" (the paper's Transformer; a wider RNN).
+    size: "small" (CPU-sized, for the dates task), "medium" (for corpora of ~10-100k
+        sentence pairs such as ding-de-en: a 3 + 3 block, 256-wide Transformer, dropout 0.3)
+        or "base" (the paper's Transformer; a 512-wide RNN).
+    dropout: overrides the size's dropout (None: keep it).
     score: the RNN's attention score ("additive", "dot", "general").
     tokenizer: "auto" (char for dates, BPE otherwise), "char" or "bpe"; vocab_size for BPE.
     max_len: longest source / target in tokens; longer ones are truncated with a warning.
@@ -53,6 +56,7 @@ class TranslationSetup:
     valid: str | None = None
     model: str = "transformer"
     size: str = "small"
+    dropout: float | None = None
     score: str = "additive"
     tokenizer: str = "auto"
     vocab_size: int = 8000
@@ -61,18 +65,38 @@ class TranslationSetup:
     valid_bleu_sentences: int = 300
 
 
+SIZES = ("small", "medium", "base")
+
+_MEDIUM_TRANSFORMER = dict(
+    d_model=256, num_heads=4, num_encoder_layers=3, num_decoder_layers=3, d_ff=1024, dropout=0.3
+)
+
+
+def _dropout(setup: TranslationSetup) -> dict[str, float]:
+    return {} if setup.dropout is None else {"dropout": setup.dropout}
+
+
 def _transformer(setup: TranslationSetup, vocab_size: int) -> TransformerConfig:
     preset = TransformerConfig.base if setup.size == "base" else TransformerConfig.small
-    return preset(vocab_size, share_embeddings=True, tie_output=True, max_len=setup.max_len + 2)
+    fields = _MEDIUM_TRANSFORMER if setup.size == "medium" else {}
+    return preset(
+        vocab_size,
+        share_embeddings=True,
+        tie_output=True,
+        max_len=setup.max_len + 2,
+        **{**fields, **_dropout(setup)},
+    )
 
 
 def _rnn(attention: str | None) -> Callable[[TranslationSetup, int], RNNConfig]:
     def build(setup: TranslationSetup, vocab_size: int) -> RNNConfig:
         width = 512 if setup.size == "base" else 256
+        dropout = {"dropout": 0.3} if setup.size == "medium" else {}
         return RNNConfig(
             vocab_size,
             embedding_dim=width,
             hidden_dim=width,
+            **{**dropout, **_dropout(setup)},
             attention=setup.score if attention is None else attention,
             share_embeddings=True,
             max_len=setup.max_len + 2,
@@ -94,8 +118,8 @@ def build_translation_model(setup: TranslationSetup, vocab_size: int) -> nn.Modu
         raise ValueError(
             f"unknown translation model {setup.model!r}; choose from {sorted(MODEL_BUILDERS)}"
         )
-    if setup.size not in ("small", "base"):
-        raise ValueError(f"unknown size {setup.size!r}; choose 'small' or 'base'")
+    if setup.size not in SIZES:
+        raise ValueError(f"unknown size {setup.size!r}; choose from {list(SIZES)}")
     return build_model(setup.model, MODEL_BUILDERS[setup.model](setup, vocab_size))
 
 
