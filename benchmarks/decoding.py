@@ -57,8 +57,8 @@ class CachedDecoder:
     def start(self, source: Tensor) -> object:
         return self.model.start(source)
 
-    def step(self, tokens: Tensor, state: object) -> StepOutput:
-        out = self.model.step(tokens, state)
+    def step(self, tokens: Tensor, state: object, *, need_attention: bool = True) -> StepOutput:
+        out = self.model.step(tokens, state, need_attention=need_attention)
         return StepOutput(_bar_eos(out.log_probs, self.eos_id), out.state, out.attention)
 
 
@@ -86,7 +86,9 @@ class NoCacheDecoder:
         empty = torch.empty(source.shape[0], 0, dtype=torch.long, device=source.device)
         return PrefixState(encoded.memory, encoded.source_mask, empty)
 
-    def step(self, tokens: Tensor, state: PrefixState) -> StepOutput:
+    def step(
+        self, tokens: Tensor, state: PrefixState, *, need_attention: bool = True
+    ) -> StepOutput:
         model = self.model
         prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)  # (B, t)
         # Transformer.decode, but only the last position goes through the output projection.

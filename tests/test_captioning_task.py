@@ -203,7 +203,7 @@ class ScriptedCaptioner(nn.Module):
     def start(self, images):
         return torch.zeros(images.shape[0], dtype=torch.long)
 
-    def step(self, tokens, state):
+    def step(self, tokens, state, *, need_attention=True):
         position = state.clamp(max=len(self.ids) - 1)  # past </s>: keep offering </s>
         scores = torch.full((len(state), self.config.vocab_size), -30.0)
         scores[torch.arange(len(state)), torch.tensor(self.ids)[position]] = 0.0

@@ -72,7 +72,9 @@ class ScriptedModel:
             "positions": torch.zeros_like(source, dtype=torch.float64),
         }
 
-    def step(self, tokens: torch.Tensor, state: dict[str, torch.Tensor]) -> StepOutput:
+    def step(
+        self, tokens: torch.Tensor, state: dict[str, torch.Tensor], *, need_attention: bool = True
+    ) -> StepOutput:
         prefix = torch.cat([state["prefix"], tokens.unsqueeze(1)], dim=1)  # (B, t)
         rows = []
         for table_id, row in zip(state["table"].tolist(), prefix.tolist(), strict=True):
@@ -229,7 +231,7 @@ def test_guard_rails():
         beam_search(object(), source, max_len=3)
 
     class NoAttention(ScriptedModel):
-        def step(self, tokens, state):
+        def step(self, tokens, state, *, need_attention=True):
             output = super().step(tokens, state)
             return StepOutput(output.log_probs, output.state, None)
 
@@ -350,7 +352,9 @@ class TinyGRU(nn.Module):
         memory = self.embed(source)  # (B, S, D)
         return {"hidden": memory.mean(dim=1).tanh(), "memory": memory}
 
-    def step(self, tokens: torch.Tensor, state: dict[str, torch.Tensor]) -> StepOutput:
+    def step(
+        self, tokens: torch.Tensor, state: dict[str, torch.Tensor], *, need_attention: bool = True
+    ) -> StepOutput:
         hidden = self.cell(self.embed(tokens), state["hidden"])  # (B, D)
         weights = (state["memory"] @ hidden.unsqueeze(-1)).squeeze(-1).softmax(-1)  # (B, S)
         context = (weights.unsqueeze(1) @ state["memory"]).squeeze(1)  # (B, D)

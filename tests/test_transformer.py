@@ -125,6 +125,19 @@ def test_cached_decoding_equals_full_forward(options):
     assert torch.all(out.attention[1, 4:] == 0) and torch.all(out.attention[2, 2:] == 0)
 
 
+def test_a_step_without_attention_gives_the_same_scores():
+    model = _model()
+    source, tokens = _source(), torch.randint(4, VOCAB, (3, 4))
+    with torch.no_grad():
+        state_a, state_b = model.start(source), model.start(source)
+        for t in range(tokens.shape[1]):
+            a = model.step(tokens[:, t], state_a)
+            b = model.step(tokens[:, t], state_b, need_attention=False)
+            state_a, state_b = a.state, b.state
+            torch.testing.assert_close(a.log_probs, b.log_probs, atol=1e-6, rtol=1e-6)
+    assert a.attention is not None and b.attention is None
+
+
 def test_future_target_tokens_do_not_change_past_logits():
     model = _model(norm_first=True)
     source, target = _source(), torch.randint(4, VOCAB, (3, 6))

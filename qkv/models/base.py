@@ -42,7 +42,8 @@ class StepOutput:
     log_probs: (B, V) log-probabilities of the next token.
     state: the decoder state after consuming ``tokens``.
     attention: (B, S) the step's attention over the source (positions or image regions),
-        for alignment plots; None if the model has none.
+        for alignment plots; None if the model has none, or may be None when the step was
+        called with ``need_attention=False``.
     """
 
     log_probs: Tensor
@@ -57,8 +58,12 @@ class Decodable(Protocol):
     def start(self, source: Tensor) -> Any:
         """Encode a batch of sources (B, S) token ids or (B, C, H, W) images; return the state."""
 
-    def step(self, tokens: Tensor, state: Any) -> StepOutput:
-        """Consume the last generated token of each sequence, tokens (B,), and score the next."""
+    def step(self, tokens: Tensor, state: Any, *, need_attention: bool = True) -> StepOutput:
+        """Consume the last generated token of each sequence, tokens (B,), and score the next.
+
+        ``need_attention=False`` tells the model the search will not keep the step's
+        attention, so it may skip computing it (a Transformer does; an RNN, whose attention
+        is part of the step, returns it anyway)."""
 
 
 def select_state(state: Any, indices: Tensor) -> Any:

@@ -225,10 +225,12 @@ class Captioner(nn.Module):
 
     # -- incremental decoding (the Decodable protocol) ----------------------------------------
 
-    def step(self, tokens: Tensor, state: CaptionerState) -> StepOutput:
+    def step(
+        self, tokens: Tensor, state: CaptionerState, *, need_attention: bool = True
+    ) -> StepOutput:
         """Consume one word per caption; score the next.  Returns a new state (the given one
         is left unchanged).  Shapes: tokens (B,) -> log_probs (B, V), attention (B, P) (None
-        for the baseline)."""
+        for the baseline; returned even when not needed, as the step computes it)."""
         if tokens.dim() != 1:
             raise ValueError(f"step takes one token per caption, (B,), got {tuple(tokens.shape)}")
         if not isinstance(state, CaptionerState):

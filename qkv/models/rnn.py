@@ -160,10 +160,10 @@ class RNNTranslator(nn.Module):
 
     # -- incremental decoding (the Decodable protocol) ----------------------------------------
 
-    def step(self, tokens: Tensor, state: RNNState) -> StepOutput:
+    def step(self, tokens: Tensor, state: RNNState, *, need_attention: bool = True) -> StepOutput:
         """Consume one token per sequence; score the next.  Returns a new state (the given
         one is left unchanged).  Shapes: tokens (B,) -> log_probs (B, V), attention (B, S)
-        (None for the baseline)."""
+        (None for the baseline; returned even when not needed, as the step computes it)."""
         if tokens.dim() != 1:
             raise ValueError(f"step takes one token per sequence, (B,), got {tuple(tokens.shape)}")
         if not isinstance(state, RNNState):

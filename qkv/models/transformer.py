@@ -184,12 +184,15 @@ class Transformer(nn.Module):
         encoded = self.encode(source)
         return TransformerState(self.decoder.start(encoded.memory), encoded.source_mask)
 
-    def step(self, tokens: Tensor, state: TransformerState) -> StepOutput:
+    def step(
+        self, tokens: Tensor, state: TransformerState, *, need_attention: bool = True
+    ) -> StepOutput:
         """Consume one token per sequence; score the next.
 
         The state's caches grow in place (keep using the returned state, which is the same
         object).  Shapes: tokens (B,) -> log_probs (B, V), attention (B, S): the last
-        decoder block's cross-attention, averaged over heads.
+        decoder block's cross-attention, averaged over heads; None with
+        ``need_attention=False``, which keeps every block on the fused attention path.
         """
         if tokens.dim() != 1:
             raise ValueError(f"step takes one token per sequence, (B,), got {tuple(tokens.shape)}")
@@ -197,10 +200,10 @@ class Transformer(nn.Module):
             raise TypeError(f"state must come from Transformer.start, got {type(state).__name__}")
         x = self._embed_target(tokens[:, None], offset=state.offset)  # (B, 1, D)
         out = self.decoder(
-            x, memory_mask=state.source_mask, states=state.layers, need_alignment=True
+            x, memory_mask=state.source_mask, states=state.layers, need_alignment=need_attention
         )
         logits = self.output(out.hidden[:, -1])  # (B, V)
-        attention = out.alignment[:, :, -1].mean(dim=1)  # (B, S)
+        attention = out.alignment[:, :, -1].mean(dim=1) if need_attention else None  # (B, S)
         return StepOutput(F.log_softmax(logits.float(), dim=-1), state, attention)
 
     def _embed_target(self, tokens: Tensor, *, offset: int) -> Tensor:
