@@ -143,20 +143,26 @@ class RNNTranslator(nn.Module):
         """One decoder step per target position.  Shapes: embedded (B, T, E) ->
         logits (B, T, V), weights (B, T, S) or None."""
         batch_size, length = embedded.shape[:2]
-        logits: list[Tensor] = []
+        outputs: list[Tensor] = []  # per step: logits (B, 1, V) if sampling, else features
         weights: list[Tensor] = []
         for t in range(length):
             inputs = embedded[:, t : t + 1]  # (B, 1, E)
             if sampling and t > 0:
-                own = self.dropout(self.target_embedding(logits[-1].argmax(dim=-1)))  # (B, 1, E)
+                own = self.dropout(self.target_embedding(outputs[-1].argmax(dim=-1)))  # (B, 1, E)
                 coins = torch.rand(batch_size, 1, 1, device=embedded.device)
                 inputs = torch.where(coins < self.config.scheduled_sampling, own, inputs)
             out: DecoderOutput = self.decoder(inputs, state)
             state = out.state
-            logits.append(self.output(self.dropout(out.features)))  # (B, 1, V)
+            if sampling:  # the next step feeds on this step's prediction
+                outputs.append(self.output(self.dropout(out.features)))
+            else:
+                outputs.append(out.features)
             if out.weights is not None:
                 weights.append(out.weights)  # (B, 1, S)
-        return torch.cat(logits, dim=1), torch.cat(weights, dim=1) if weights else None
+        stacked = torch.cat(outputs, dim=1)
+        # without sampling, one output projection over all steps: one large matmul, not T small
+        logits = stacked if sampling else self.output(self.dropout(stacked))  # (B, T, V)
+        return logits, torch.cat(weights, dim=1) if weights else None
 
     # -- incremental decoding (the Decodable protocol) ----------------------------------------
 
