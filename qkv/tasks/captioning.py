@@ -66,6 +66,10 @@ class CaptioningSetup:
     feature_dim, embedding_dim, hidden_dim, attention_dim, dropout: the
         :class:`~qkv.models.CaptionerConfig` fields of the same names (``attention=False``
         is the mean-feature baseline; ``doubly_stochastic`` is the regulariser's lambda).
+        Lambda defaults to 0.1, not the paper's 1: the regulariser asks each of the 64
+        regions to be looked at about once per caption, while an object of these scenes
+        covers under a tenth of the image; at 1,200 steps lambda = 1 left 1.9x the uniform
+        share of attention on the named object, lambda = 0.1 3.5x, lambda = 0 3.8x.
     """
 
     data: str = SCENES
@@ -78,7 +82,7 @@ class CaptioningSetup:
     score: str = "additive"
     attention: bool = True
     gate: bool = True
-    doubly_stochastic: float = 1.0
+    doubly_stochastic: float = 0.1
     encoder: str = "resnet-small"
     pretrained_encoder: bool = False
     grid: int = 8
