@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import qkv
-from benchmarks.common import machine, matmul_gflops, peak_memory_mib, table, timed
+from benchmarks.common import interleaved, machine, matmul_gflops, peak_memory_mib, table, timed
 
 HEADS, HEAD_DIM = 8, 64
 
@@ -132,8 +132,6 @@ def attention_table(lengths: list[int], memory: bool) -> str:
 def auto_overhead_table(lengths: list[int], rounds: int = 7) -> str:
     """qkv ``auto`` against SDPA with the measurements interleaved (A B A B ...), so drift
     on a shared machine falls on both alike: what qkv's dispatch and checks cost."""
-    import statistics
-    import time
 
     rows = []
     for causal in (False, True):
@@ -142,24 +140,15 @@ def auto_overhead_table(lengths: list[int], rounds: int = 7) -> str:
                 "torch sdpa": _forward_backward("torch sdpa", length, causal),
                 "qkv auto": _forward_backward("qkv auto", length, causal),
             }
-            times: dict[str, list[float]] = {name: [] for name in runs}
-            for run in runs.values():  # warm-up
-                run()
-            for _ in range(rounds):
-                for name, run in runs.items():
-                    start = time.perf_counter()
-                    run()
-                    times[name].append(time.perf_counter() - start)
-            sdpa, auto = (
-                statistics.median(times["torch sdpa"]),
-                statistics.median(times["qkv auto"]),
-            )
+            sdpa, auto = interleaved(runs, rounds=rounds).values()
             rows.append(["yes" if causal else "no", length, sdpa * 1e3, auto * 1e3, auto / sdpa])
     headers = ["causal", "T", "sdpa fwd+bwd ms", "qkv auto fwd+bwd ms", "auto / sdpa"]
     return f"interleaved, median of {rounds}\n\n" + table(headers, rows)
 
 
-def multihead_table(batch: int = 8, length: int = 256, d_model: int = 512, heads: int = 8) -> str:
+def multihead_table(
+    batch: int = 8, length: int = 256, d_model: int = 512, heads: int = 8, rounds: int = 7
+) -> str:
     torch.manual_seed(0)
     reference = torch.nn.MultiheadAttention(d_model, heads, batch_first=True)
     ours = qkv.MultiHeadAttention.from_torch(reference)
@@ -187,8 +176,11 @@ def multihead_table(batch: int = 8, length: int = 256, d_model: int = 512, heads
     rows = []
     for causal in (False, True):
         for need_weights in (False, True):
-            t_ref = timed(step(reference, need_weights, causal), repeats=5)
-            t_ours = timed(step(ours, need_weights, causal), repeats=5)
+            runs = {
+                "torch": step(reference, need_weights, causal),
+                "qkv": step(ours, need_weights, causal),
+            }
+            t_ref, t_ours = interleaved(runs, rounds=rounds).values()
             rows.append(
                 [
                     "yes" if causal else "no",
@@ -205,7 +197,7 @@ def multihead_table(batch: int = 8, length: int = 256, d_model: int = 512, heads
         "qkv MultiHeadAttention ms",
         "qkv / torch",
     ]
-    return f"forward+backward, B={batch}, T={length}, d_model={d_model}, {heads} heads\n\n" + table(
+    return f"forward+backward, B={batch}, T={length}, d_model={d_model}, {heads} heads, interleaved, median of {rounds}\n\n" + table(
         headers, rows
     )
 
@@ -237,6 +229,8 @@ def main() -> None:
         print(multihead_table(batch=8, length=256))
         print()
         print(multihead_table(batch=2, length=1024))
+        print()
+        print(multihead_table(batch=1, length=2048))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,20 @@ import torch
 __all__ = ["timed", "peak_memory_mib", "machine", "table", "matmul_gflops"]
 
 
+def interleaved(runs: dict[str, Callable[[], object]], *, rounds: int = 7) -> dict[str, float]:
+    """Median seconds of each run, the runs taking turns round by round (after one warm-up
+    each), so a load that comes and goes on the machine hits every contender alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for run in runs.values():
+        run()
+    for _ in range(rounds):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def timed(
     fn: Callable[[], object], *, repeats: int = 3, warmup: int = 1, min_seconds: float = 0.0
 ) -> float:

@@ -310,3 +310,26 @@ def test_masked_softmax_without_grad_takes_the_fused_path_and_agrees():
     slow = masked_softmax(scores.clone().requires_grad_(True), mask).detach()
     assert torch.allclose(fast, slow, atol=1e-7)
     assert torch.all(fast[2] == 0) and torch.isfinite(fast).all()
+
+
+@pytest.mark.parametrize("kind", ["none", "bool", "bias"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_weights_for_inspection_equal_the_differentiable_ones_on_large_matrices(kind, causal):
+    # 1 x 2 x 1024 x 1040 float32 is over 8 MiB: the no-grad weights are filled block by block
+    from qkv.functional.backends.reference import attention_weights
+
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 2, 1024, 16), torch.randn(1, 2, 1040, 16)
+    mask = None
+    if kind == "bool":
+        mask = torch.rand(1, 1, 1024, 1040) > 0.5
+        mask[..., 7, :] = False  # a row with nothing to attend: zeros, not NaN
+    elif kind == "bias":
+        mask = torch.randn(1, 2, 1, 1040)
+    with torch.no_grad():
+        fast = attention_weights(q, k, mask, causal, 0.25)
+    slow = attention_weights(q.requires_grad_(), k, mask, causal, 0.25).detach()
+    torch.testing.assert_close(fast, slow)
+    assert not fast.isnan().any()
+    if kind == "bool":
+        assert torch.all(fast[0, :, 7] == 0)
