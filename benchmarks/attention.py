@@ -197,8 +197,9 @@ def multihead_table(
         "qkv MultiHeadAttention ms",
         "qkv / torch",
     ]
-    return f"forward+backward, B={batch}, T={length}, d_model={d_model}, {heads} heads, interleaved, median of {rounds}\n\n" + table(
-        headers, rows
+    return (
+        f"forward+backward, B={batch}, T={length}, d_model={d_model}, {heads} heads, interleaved, median of {rounds}\n\n"
+        + table(headers, rows)
     )
 
 

@@ -7,7 +7,15 @@ import pytest
 
 from qkv.cli.main import build_parser, main
 
-COMMANDS = [["demo"], ["train", "translation"], ["train", "captioning"], ["translate"], ["evaluate"], ["attention"], ["caption"]]
+COMMANDS = [
+    ["demo"],
+    ["train", "translation"],
+    ["train", "captioning"],
+    ["translate"],
+    ["evaluate"],
+    ["attention"],
+    ["caption"],
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c))
@@ -27,7 +35,16 @@ def tiny_run(tmp_path_factory):
     (root / "valid.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs[:4]), encoding="utf-8")
     out = root / "run"
     args = ["train", "translation", "--data", str(root / "{split}.tsv"), "--out", str(out)]
-    args += ["--tokenizer", "char", "--max-steps", "4", "--validate-every", "2", "--warmup-steps", "2"]
+    args += [
+        "--tokenizer",
+        "char",
+        "--max-steps",
+        "4",
+        "--validate-every",
+        "2",
+        "--warmup-steps",
+        "2",
+    ]
     args += ["--max-tokens", "64", "--device", "cpu", "--log-every", "1", "--threads", "1"]
     assert main(args) == 0
     return root, out, args
@@ -44,14 +61,47 @@ def test_translate_evaluate_and_attention_work_on_the_checkpoint(tiny_run, capsy
     root, out, _ = tiny_run
     assert main(["translate", "--checkpoint", str(out), "abc", "abd", "--beam", "2"]) == 0
     assert capsys.readouterr().out.count("\n") == 2  # one line per sentence (maybe empty: 4 steps)
-    assert main(["evaluate", "--checkpoint", str(out), "--data", str(root / "{split}.tsv"), "--split", "valid", "--json"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(out),
+                "--data",
+                str(root / "{split}.tsv"),
+                "--split",
+                "valid",
+                "--json",
+            ]
+        )
+        == 0
+    )
     scores = json.loads(capsys.readouterr().out)
     assert {"bleu", "chrf", "exact_match", "signature"} <= set(scores)
-    assert main(["evaluate", "--checkpoint", str(out), "--data", str(root / "{split}.tsv"), "--split", "valid", "--json", "--by-length", "--beam", "1"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(out),
+                "--data",
+                str(root / "{split}.tsv"),
+                "--split",
+                "valid",
+                "--json",
+                "--by-length",
+                "--beam",
+                "1",
+            ]
+        )
+        == 0
+    )
     by_length = json.loads(capsys.readouterr().out)["by_length"]
     assert [b["label"] for b in by_length] == ["0-10", "11-20", "21-30", "31-40", "41+"]
     assert by_length[0]["count"] > 0 and by_length[-1] == {"label": "41+", "count": 0, "bleu": None}
-    assert main(["attention", "--checkpoint", str(out), "abc", "--out", str(tmp_path / "a.png")]) == 0
+    assert (
+        main(["attention", "--checkpoint", str(out), "abc", "--out", str(tmp_path / "a.png")]) == 0
+    )
     assert (tmp_path / "a.png").stat().st_size > 1000
 
 
@@ -69,8 +119,14 @@ def test_resume_continues_and_refuses_a_different_setup(tiny_run, capsys):
     "argv, message",
     [
         (["translate", "--checkpoint", "/nonexistent/run", "x"], "does not exist"),
-        (["train", "translation", "--data", "no-such-corpus", "--out", "/tmp/qkv-never"], "unknown corpus"),
-        (["train", "translation", "--data", "/nonexistent/file.tsv", "--out", "/tmp/qkv-never"], "does not exist"),
+        (
+            ["train", "translation", "--data", "no-such-corpus", "--out", "/tmp/qkv-never"],
+            "unknown corpus",
+        ),
+        (
+            ["train", "translation", "--data", "/nonexistent/file.tsv", "--out", "/tmp/qkv-never"],
+            "does not exist",
+        ),
     ],
 )
 def test_errors_are_one_clear_line(argv, message, capsys):

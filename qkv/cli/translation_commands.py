@@ -74,9 +74,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="model size (default: small, CPU-sized; medium: for corpora of ~10-100k "
         "sentence pairs, with dropout 0.3; base: the paper's Transformer)",
     )
-    translation.add_argument(
-        "--dropout", type=float, help="dropout, overriding the size's default"
-    )
+    translation.add_argument("--dropout", type=float, help="dropout, overriding the size's default")
     translation.add_argument(
         "--score",
         default="additive",
@@ -271,7 +269,9 @@ def _evaluate(args: argparse.Namespace) -> int:
         for name, signature in scores.signature.items():
             print(f"{name} signature: {signature}")
         for bucket in buckets:
-            print(f"  source {bucket.label:>6} words: BLEU {bucket.bleu:6.2f}  ({bucket.count} sentences)")
+            print(
+                f"  source {bucket.label:>6} words: BLEU {bucket.bleu:6.2f}  ({bucket.count} sentences)"
+            )
     return 0
 
 

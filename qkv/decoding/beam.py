@@ -92,7 +92,9 @@ def beam_search(
     history_attention: list[Tensor] = []
 
     for step in range(1, max_len + 1):
-        output = check_step(model.step(tokens, state, need_attention=need_attention), batch_size * k, need_attention)
+        output = check_step(
+            model.step(tokens, state, need_attention=need_attention), batch_size * k, need_attention
+        )
         vocab_size = output.log_probs.shape[-1]
         if not (0 <= pad_id < vocab_size and 0 <= eos_id < vocab_size):
             raise ValueError(

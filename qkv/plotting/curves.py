@@ -34,9 +34,7 @@ def plot_bleu_by_length(
         raise ValueError("no curves to plot: give at least one model's BLEU per bucket")
     for name, values in curves.items():
         if len(values) != len(buckets):
-            raise ValueError(
-                f"curve {name!r} has {len(values)} values for {len(buckets)} buckets"
-            )
+            raise ValueError(f"curve {name!r} has {len(values)} values for {len(buckets)} buckets")
     if counts is not None and len(counts) != len(buckets):
         raise ValueError(f"got {len(counts)} counts for {len(buckets)} buckets")
     labels = list(buckets)
