@@ -103,6 +103,8 @@ def test_translate_evaluate_and_attention_work_on_the_checkpoint(tiny_run, capsy
         main(["attention", "--checkpoint", str(out), "abc", "--out", str(tmp_path / "a.png")]) == 0
     )
     assert (tmp_path / "a.png").stat().st_size > 1000
+    assert main(["curves", "--checkpoint", str(out), "--out", str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").stat().st_size > 1000
 
 
 def test_resume_continues_and_refuses_a_different_setup(tiny_run, capsys):

@@ -1,5 +1,7 @@
 """Attention plots are written as real PNG files, and bad shapes are refused clearly."""
 
+import json
+
 import pytest
 import torch
 from PIL import Image
@@ -9,6 +11,7 @@ from qkv.plotting import (
     plot_alignment_grid,
     plot_bleu_by_length,
     plot_image_attention,
+    plot_training_log,
 )
 
 
@@ -55,3 +58,23 @@ def test_bleu_by_length_plot_is_a_png_and_checks_its_curves(tmp_path):
         plot_bleu_by_length(buckets, {"rnn": [1.0, 2.0]}, tmp_path / "d.png")
     with pytest.raises(ValueError, match="no curves"):
         plot_bleu_by_length(buckets, {}, tmp_path / "e.png")
+
+
+def test_training_log_plot_reads_a_run_log_and_refuses_a_bad_one(tmp_path):
+    records = [
+        {"event": "train", "step": 10, "loss": 5.0},
+        {"event": "valid", "step": 10, "valid_loss": 4.5, "bleu": 3.0},
+        {"event": "train", "step": 20, "loss": 4.0},
+        {"event": "valid", "step": 20, "valid_loss": 4.0, "bleu": 6.0},
+        {"event": "end", "step": 20},
+    ]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with Image.open(plot_training_log(tmp_path, tmp_path / "curves.png")) as image:
+        assert image.format == "PNG"
+    (tmp_path / "bad.jsonl").write_text('{"event": "train"}\nnot json\n')
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        plot_training_log(tmp_path / "bad.jsonl", tmp_path / "x.png")
+    with pytest.raises(ValueError, match="no 'train' or 'valid' records"):
+        plot_training_log([{"event": "end"}], tmp_path / "y.png")
+    with pytest.raises(FileNotFoundError, match="no training log"):
+        plot_training_log(tmp_path / "missing", tmp_path / "z.png")

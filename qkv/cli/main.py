@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import captioning_commands, translation_commands
+from . import captioning_commands, curve_commands, translation_commands
 
 __all__ = ["main", "build_parser"]
 
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     translation_commands.register(commands)
     captioning_commands.register(commands)
+    curve_commands.register(commands)
     return parser
 
 

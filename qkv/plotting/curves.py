@@ -1,7 +1,9 @@
-"""Scores as line plots: BLEU against source-sentence length, one curve per model."""
+"""Line plots: BLEU against source-sentence length (one curve per model), and a training
+run's loss and BLEU curves from its log."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")  # files, never a window: works on a headless machine
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["plot_bleu_by_length"]
+__all__ = ["plot_bleu_by_length", "plot_training_log"]
 
 
 def plot_bleu_by_length(
@@ -58,3 +60,64 @@ def plot_bleu_by_length(
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
+
+
+def plot_training_log(
+    log: str | Path | Sequence[dict], path: str | Path, *, title: str | None = None
+) -> Path:
+    """Write a PNG of a training run's curves from its ``log.jsonl`` (a path or the parsed
+    records): training loss (per log window) and validation loss against the update step,
+    and, when the run measured it, validation BLEU on a second axis.
+    """
+    records = _read_log(log) if isinstance(log, (str, Path)) else list(log)
+    train = [(r["step"], r["loss"]) for r in records if r.get("event") == "train" and "loss" in r]
+    valid = [r for r in records if r.get("event") == "valid"]
+    if not train and not valid:
+        raise ValueError(
+            "the log has no 'train' or 'valid' records to plot; train longer than --log-every "
+            "steps, or check that this is a qkv log.jsonl"
+        )
+    figure, ax = plt.subplots(figsize=(6.4, 4.0))
+    if train:
+        ax.plot(*zip(*train), label="training loss", color="tab:blue", alpha=0.8)
+    losses = [(r["step"], r["valid_loss"]) for r in valid if "valid_loss" in r]
+    if losses:
+        ax.plot(*zip(*losses), marker="o", label="validation loss", color="tab:orange")
+    ax.set_xlabel("update step")
+    ax.set_ylabel("loss (nats per token)")
+    ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    bleu = [(r["step"], r["bleu"]) for r in valid if r.get("bleu") is not None]
+    if bleu:
+        twin = ax.twinx()
+        twin.plot(*zip(*bleu), marker="s", color="tab:green", label="validation BLEU")
+        twin.set_ylabel("BLEU")
+        twin.set_ylim(bottom=0)
+        more_handles, more_labels = twin.get_legend_handles_labels()
+        handles, labels = handles + more_handles, labels + more_labels
+    ax.legend(handles, labels, loc="upper center", fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def _read_log(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "log.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"no training log at {path}: give a run folder or its log.jsonl")
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} line {number} is not JSON ({error.msg})") from None
+    return records
