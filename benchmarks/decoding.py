@@ -180,7 +180,7 @@ def step_table(model: Transformer, source: Tensor, *, length: int, repeats: int)
     empty_cache = cached.start(source)
     full_cache = cached.start(source)
     for position in range(length - 1):
-        cached.step(history[:, position], full_cache)
+        cached.step(history[:, position], full_cache, need_attention=False)
     memory = uncached.start(source)
     # Each setting: the step to time and how to make its state (the cache grows in place,
     # so the cached settings get a fresh copy every time).
@@ -200,7 +200,7 @@ def step_table(model: Transformer, source: Tensor, *, length: int, repeats: int)
             step, prepare = settings[key]
             state = prepare()
             start = time.perf_counter()
-            step(token, state)
+            step(token, state, need_attention=False)  # as the searches call it
             if index > 0:
                 times[key].append(time.perf_counter() - start)
     rows = []
