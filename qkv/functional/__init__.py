@@ -4,7 +4,7 @@ Depends on torch alone.  Names follow SPEC.md: scores -> masked softmax -> weigh
 """
 
 from . import backends
-from .attention import attention, explain_backend
+from .attention import attention, attention_with_weights, explain_backend
 from .backends import AttentionOutput, BackendChoice, available_backends, register_backend
 from .backends import chunked as _chunked  # noqa: F401  (registers "chunked")
 from .backends import reference as _reference  # noqa: F401  (registers "reference")
@@ -27,6 +27,7 @@ from .softmax import masked_softmax
 __all__ = [
     "attention",
     "attention_weights",
+    "attention_with_weights",
     "chunked_attention",
     "weights_from_lse",
     "explain_backend",

@@ -6,10 +6,11 @@ import torch
 from torch import Tensor
 
 from .backends import AttentionCall, AttentionOutput, BackendChoice, choose_backend
+from .backends.explicit import explicit_attention, supports_explicit
 from .heads import repeat_kv
 from .scores import resolve_scale
 
-__all__ = ["attention", "explain_backend"]
+__all__ = ["attention", "attention_with_weights", "explain_backend"]
 
 
 def attention(
@@ -53,6 +54,38 @@ def attention(
     call = _make_call(query, key, value, mask, causal, score, scale, dropout, need_weights)
     impl, _ = choose_backend(call, backend)
     return impl.run(call)
+
+
+def attention_with_weights(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+) -> AttentionOutput:
+    """Scaled dot-product attention and its weights, for the price of writing the weights once.
+
+    Same inputs and conventions as :func:`attention` (boolean mask True = may attend, or a
+    float bias; end-aligned ``causal``; grouped key/value heads), without dropout.  The
+    (B, H, Tq, Tk) weights are computed once and used three times: returned, multiplied
+    into the output, and read back by the backward -- so asking for them costs less than
+    running a fused kernel and computing them beside it.  The output is differentiable;
+    the returned **weights carry no gradient** (use ``attention(..., backend="reference",
+    need_weights=True)`` to differentiate through them).  float32/float64 only.
+
+    Shapes: query (B, H, Tq, Dh), key (B, Hkv, Tk, Dh), value (B, Hkv, Tk, Dv) ->
+    (output (B, H, Tq, Dv), weights (B, H, Tq, Tk)).
+    """
+    call = _make_call(query, key, value, mask, causal, "scaled_dot", scale, 0.0, True)
+    reason = supports_explicit(call.query, call.mask, 0.0)
+    if reason is not None:
+        raise ValueError(f"attention_with_weights cannot take {reason}; use attention()")
+    output, weights = explicit_attention(
+        call.query, call.key, call.value, call.mask, call.causal, call.scale
+    )
+    return AttentionOutput(output, weights)
 
 
 def explain_backend(

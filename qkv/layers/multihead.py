@@ -5,7 +5,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..functional import attention, attention_weights, merge_heads, repeat_kv, split_heads
+from ..functional import (
+    attention,
+    attention_weights,
+    attention_with_weights,
+    merge_heads,
+    repeat_kv,
+    split_heads,
+)
+from ..functional.backends.explicit import supports_explicit
 from .cache import KVCache, StaticKV
 
 __all__ = ["MultiHeadAttention"]
@@ -71,9 +79,11 @@ class MultiHeadAttention(nn.Module):
         end), or a :class:`StaticKV` from :meth:`project_kv` for cross-attention over fixed
         memory (key/value then omitted).
 
-        The output always takes the fastest backend.  With ``need_weights`` the per-head
-        weights are computed beside it for inspection and carry **no gradient** (so asking
-        for them never slows training to an unfused path).
+        Without ``need_weights`` the output takes the fastest backend.  With it, the per-head
+        weights are returned for inspection and carry **no gradient**: in float32/float64
+        without dropout one weight matrix, written once, gives the output, the weights and
+        the backward (:func:`qkv.functional.attention_with_weights`); otherwise the output
+        takes the fastest backend and the weights are computed beside it without autograd.
         """
         self._check_inputs(query, key, value, cache)
         q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Tq, Dh)
@@ -86,13 +96,17 @@ class MultiHeadAttention(nn.Module):
             if isinstance(cache, KVCache):
                 k, v = cache.append(k, v)
         dropout = self.dropout if self.training else 0.0
-        output, _ = attention(q, k, v, mask=mask, causal=causal, dropout=dropout)  # (B, H, Tq, Dh)
         weights = None
-        if need_weights:
+        if need_weights and supports_explicit(q, mask, dropout) is None:
+            # one weight matrix serves the output, the returned weights and the backward
+            output, weights = attention_with_weights(q, k, v, mask=mask, causal=causal)
+        else:
+            output, _ = attention(q, k, v, mask=mask, causal=causal, dropout=dropout)
+        if need_weights and weights is None:  # dropout or half precision: computed beside
             with torch.no_grad():
                 rep = self.num_heads // self.num_kv_heads
                 weights = attention_weights(q, repeat_kv(k, rep), mask, causal, self.head_dim**-0.5)
-        return self.out_proj(merge_heads(output)), weights
+        return self.out_proj(merge_heads(output)), weights  # output (B, H, Tq, Dh) merged
 
     def project_kv(self, key: Tensor, value: Tensor | None = None) -> StaticKV:
         """Keys and values of fixed memory (an encoder's output), computed once for every

@@ -9,6 +9,7 @@ from torch import Tensor
 from ..masks import causal_mask
 from ..softmax import masked_softmax
 from . import AttentionCall, AttentionOutput, register_backend
+from .explicit import mask_and_normalise, weight_blocks
 
 __all__ = ["ReferenceBackend", "attention_weights"]
 
@@ -38,65 +39,35 @@ def _wants_grad(*tensors: Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-#: Weight matrices at least this large are filled block by block (see below).
-_BLOCKED_FROM_BYTES = 8 * 2**20
-#: Elements per block: 256 KiB of float32, so a block stays in cache between its passes.
-_BLOCK_ELEMENTS = 2**16
-
-
 def _weights_for_inspection(
     query: Tensor, key: Tensor, mask: Tensor | None, causal: bool, scale: float
 ) -> Tensor:
-    """The same weights without autograd, at the cost of writing them once.
-
-    The scale goes on the queries (Tq x Dh, not Tq x Tk).  A large (B, H, Tq, Tk) matrix
-    is filled a block of rows at a time: scores, mask and softmax in place while the
-    block is in cache, so the only pass over main memory is the write of the result (a
-    plain version makes four: scores, masked copy, softmax, NaN fix).  This is what a
-    layer's ``need_weights`` costs.
-    """
-    scores_shape = (*query.shape[:-1], key.shape[-2])
-    queries = query * scale
-    keys_t = key.transpose(-2, -1)
+    """The same weights without autograd, at the cost of writing them once: the scale goes
+    on the queries (Tq x Dh, not Tq x Tk), and a large matrix is filled a block of rows at
+    a time -- scores, mask and softmax in place while the block is in cache (a plain
+    version makes four passes over memory: scores, masked copy, softmax, NaN fix).  This is
+    what a layer's ``need_weights`` costs when it needs no gradient."""
+    shape = (*query.shape[:-1], key.shape[-2])
+    weights = torch.empty(shape, dtype=torch.result_type(query, key), device=query.device)
+    queries, keys_t = query * scale, key.transpose(-2, -1)
     above = None
-    if causal:  # end-aligned: every row sees at least one key, so causal alone never blanks one
-        above = causal_mask(query.shape[-2], key.shape[-2], device=query.device).logical_not()
-    weights = torch.empty(scores_shape, dtype=torch.result_type(query, key), device=query.device)
-    too_small = weights.numel() * weights.element_size() < _BLOCKED_FROM_BYTES
-    if too_small or query.dim() != 4 or key.shape[:2] != query.shape[:2]:
+    if causal:
+        above = causal_mask(shape[-2], shape[-1], device=query.device).logical_not()
+    if query.dim() != 4 or key.shape[:2] != query.shape[:2]:  # broadcasting: one batched op
         torch.matmul(queries, keys_t, out=weights)
-        _mask_and_normalise(weights, mask, above)
+        mask_and_normalise(weights, mask, above)
         return weights
-    batch, heads, length, keys = scores_shape
     if mask is not None:
-        mask = mask.expand(scores_shape)  # a view: slicing it below copies nothing
-    rows = max(1, _BLOCK_ELEMENTS // keys)
-    for b in range(batch):
-        for h in range(heads):
-            for start in range(0, length, rows):
-                block = slice(start, start + rows)
-                out = weights[b, h, block]  # (rows, Tk), a view into the result
-                torch.matmul(queries[b, h, block], keys_t[b, h], out=out)
-                _mask_and_normalise(
-                    out,
-                    None if mask is None else mask[b, h, block],
-                    None if above is None else above[block],
-                )
+        mask = mask.expand(shape)  # a view: slicing it per block copies nothing
+    for bh, rows in weight_blocks(weights):
+        block = weights[bh + (rows,)]
+        torch.matmul(queries[bh + (rows,)], keys_t[bh], out=block)
+        mask_and_normalise(
+            block,
+            None if mask is None else mask[bh + (rows,)],
+            None if above is None else above[rows],
+        )
     return weights
-
-
-def _mask_and_normalise(scores: Tensor, mask: Tensor | None, above: Tensor | None) -> None:
-    """In place: blocked positions to -inf, then softmax over the last dim; rows with
-    nothing to attend become zeros."""
-    if mask is not None and mask.dtype == torch.bool:
-        scores.masked_fill_(mask.logical_not(), float("-inf"))
-    elif mask is not None:
-        scores += mask
-    if above is not None:
-        scores.masked_fill_(above, float("-inf"))
-    torch.softmax(scores, dim=-1, out=scores)
-    if mask is not None:
-        scores.nan_to_num_(0.0)
 
 
 class ReferenceBackend:
