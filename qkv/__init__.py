@@ -3,6 +3,7 @@
 from . import functional, layers
 from .functional import (
     attention,
+    attention_with_weights,
     causal_mask,
     explain_backend,
     masked_softmax,
@@ -32,6 +33,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "functional",
+    "attention_with_weights",
     "layers",
     "Attention",
     "MultiHeadAttention",
