@@ -75,17 +75,25 @@ class _ExplicitAttention(torch.autograd.Function):
         weights = query.new_empty(batch, heads, length, keys)
         output = query.new_empty(batch, heads, length, value.shape[-1])
         queries, keys_t = query * scale, key.transpose(-2, -1)
+        causal = above is not None
         for bh, rows in weight_blocks(weights):
             block = weights[bh + (rows,)]
-            torch.matmul(queries[bh + (rows,)], keys_t[bh], out=block)
+            seen = _visible_keys(rows, causal, length, keys)
+            if seen < keys:  # a causal block of rows: keys past the diagonal get weight 0
+                block[..., seen:].zero_()
+                scores = torch.matmul(queries[bh + (rows,)], keys_t[bh][..., :seen])
+            else:
+                scores = torch.matmul(queries[bh + (rows,)], keys_t[bh], out=block)
             mask_and_normalise(
-                block,
-                None if mask is None else mask[bh + (rows,)],
-                None if above is None else above[rows],
+                scores,
+                None if mask is None else mask[bh + (rows,)][..., :seen],
+                None if above is None else above[rows][..., :seen],
             )
-            torch.matmul(block, value[bh], out=output[bh + (rows,)])
+            if seen < keys:
+                block[..., :seen] = scores
+            torch.matmul(scores, value[bh][..., :seen, :], out=output[bh + (rows,)])
         ctx.save_for_backward(query, key, value, weights, output)
-        ctx.scale = scale
+        ctx.scale, ctx.causal = scale, causal
         ctx.mark_non_differentiable(weights)
         return output, weights
 
@@ -93,25 +101,32 @@ class _ExplicitAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_output, _grad_weights):
         query, key, value, weights, output = ctx.saved_tensors
+        length, keys = weights.shape[-2:]
         grad_query = torch.empty_like(query)
         grad_key = torch.zeros_like(key)
         grad_value = torch.zeros_like(value)
         # dS = P * (dP - rowsum(dO * O)), with dP = dO v^T
         delta = (grad_output * output).sum(dim=-1, keepdim=True)  # (B, H, Tq, 1)
-        buffer = None
         for bh, rows in weight_blocks(weights):
-            probs = weights[bh + (rows,)]
+            seen = _visible_keys(rows, ctx.causal, length, keys)
+            probs = weights[bh + (rows,)][..., :seen]
             grad_out = grad_output[bh + (rows,)]
-            grad_value[bh] += probs.transpose(-2, -1) @ grad_out
-            if buffer is None or buffer.shape != probs.shape:
-                buffer = torch.empty_like(probs)
-            grad_scores = torch.matmul(grad_out, value[bh].transpose(-2, -1), out=buffer)
+            grad_value[bh][..., :seen, :] += probs.transpose(-2, -1) @ grad_out
+            grad_scores = grad_out @ value[bh][..., :seen, :].transpose(-2, -1)
             grad_scores.sub_(delta[bh + (rows,)]).mul_(probs)
-            torch.matmul(grad_scores, key[bh], out=grad_query[bh + (rows,)])
-            grad_key[bh] += grad_scores.transpose(-2, -1) @ query[bh + (rows,)]
+            torch.matmul(grad_scores, key[bh][..., :seen, :], out=grad_query[bh + (rows,)])
+            grad_key[bh][..., :seen, :] += grad_scores.transpose(-2, -1) @ query[bh + (rows,)]
         grad_query.mul_(ctx.scale)
         grad_key.mul_(ctx.scale)
         return grad_query, grad_key, grad_value, None, None, None
+
+
+def _visible_keys(rows: slice, causal: bool, length: int, keys: int) -> int:
+    """How many leading keys a block of query rows can see: all of them, unless the block is
+    a bounded range of rows under an (end-aligned) causal mask."""
+    if not causal or rows.stop is None:
+        return keys
+    return min(keys, rows.stop + keys - length)
 
 
 def weight_blocks(weights: Tensor) -> Iterator[tuple[tuple, slice]]:
