@@ -3,11 +3,12 @@
 A layer asked for its weights (``need_weights=True``) must build the (B, H, Tq, Tk) matrix
 anyway.  Here that one matrix does all the work: it is filled with the softmax weights,
 the output is ``weights @ v``, and the backward reads it back instead of recomputing it.
-Large matrices are filled a block of query rows at a time -- scores, mask, softmax and
-the block's share of the output while the block is in cache -- and the backward walks the
-same blocks with one reused buffer, so besides the returned weights no other
-Tq x Tk tensor is ever allocated.  (PyTorch's math path allocates four, and on a CPU the
-first touch of each fresh page is a large part of the cost.)
+Large matrices are filled a block at a time (whole heads, or rows of one head) -- scores,
+mask, softmax and the block's share of the output while the block is in cache -- and the
+backward walks the same blocks with block-sized buffers, so besides the returned weights
+no other Tq x Tk tensor is ever allocated.  (PyTorch's math path allocates four, and on a
+CPU the first touch of each fresh page is a large part of the cost.)  Under a causal mask
+a block of rows skips the keys past its diagonal, forward and backward.
 
 The returned weights carry no gradient (they are marked non-differentiable); gradients
 flow to q, k and v through the output.  Modifying the returned weights in place before
