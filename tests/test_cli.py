@@ -61,41 +61,12 @@ def test_translate_evaluate_and_attention_work_on_the_checkpoint(tiny_run, capsy
     root, out, _ = tiny_run
     assert main(["translate", "--checkpoint", str(out), "abc", "abd", "--beam", "2"]) == 0
     assert capsys.readouterr().out.count("\n") == 2  # one line per sentence (maybe empty: 4 steps)
-    assert (
-        main(
-            [
-                "evaluate",
-                "--checkpoint",
-                str(out),
-                "--data",
-                str(root / "{split}.tsv"),
-                "--split",
-                "valid",
-                "--json",
-            ]
-        )
-        == 0
-    )
+    evaluate = ["evaluate", "--checkpoint", str(out), "--data", str(root / "{split}.tsv")]
+    evaluate += ["--split", "valid", "--json"]
+    assert main(evaluate) == 0
     scores = json.loads(capsys.readouterr().out)
     assert {"bleu", "chrf", "exact_match", "signature"} <= set(scores)
-    assert (
-        main(
-            [
-                "evaluate",
-                "--checkpoint",
-                str(out),
-                "--data",
-                str(root / "{split}.tsv"),
-                "--split",
-                "valid",
-                "--json",
-                "--by-length",
-                "--beam",
-                "1",
-            ]
-        )
-        == 0
-    )
+    assert main([*evaluate, "--by-length", "--beam", "1"]) == 0
     by_length = json.loads(capsys.readouterr().out)["by_length"]
     assert [b["label"] for b in by_length] == ["0-10", "11-20", "21-30", "31-40", "41+"]
     assert by_length[0]["count"] > 0 and by_length[-1] == {"label": "41+", "count": 0, "bleu": None}

@@ -13,6 +13,8 @@ import matplotlib
 matplotlib.use("Agg")  # files, never a window: works on a headless machine
 import matplotlib.pyplot as plt  # noqa: E402
 
+from .heatmaps import _save  # noqa: E402
+
 __all__ = ["plot_bleu_by_length", "plot_training_log"]
 
 
@@ -54,12 +56,7 @@ def plot_bleu_by_length(
     ax.legend()
     if title:
         ax.set_title(title, fontsize=10)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return _save(figure, path)
 
 
 def plot_training_log(
@@ -98,12 +95,7 @@ def plot_training_log(
     ax.legend(handles, labels, loc="upper center", fontsize=8)
     if title:
         ax.set_title(title, fontsize=10)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return _save(figure, path)
 
 
 def _read_log(path: str | Path) -> list[dict]:
