@@ -24,7 +24,18 @@ LEVEL = {
     "tasks": 5,
     "cli": 6,
 }
-CORE_ALLOWED = {"torch", "math", "abc", "dataclasses", "typing", "collections", "functools", "__future__", "itertools", "warnings"}
+CORE_ALLOWED = {
+    "torch",
+    "math",
+    "abc",
+    "dataclasses",
+    "typing",
+    "collections",
+    "functools",
+    "__future__",
+    "itertools",
+    "warnings",
+}
 
 
 def _modules():
@@ -54,7 +65,9 @@ def _imports(path: pathlib.Path):
                 yield node.module
 
 
-@pytest.mark.parametrize("subpackage, path", list(_modules()), ids=lambda v: str(v).split("qkv/")[-1])
+@pytest.mark.parametrize(
+    "subpackage, path", list(_modules()), ids=lambda v: str(v).split("qkv/")[-1]
+)
 def test_imports_point_down(subpackage, path):
     assert subpackage in LEVEL, f"qkv/{subpackage} is not placed in the layering of STYLE.md"
     for name in _imports(path):
@@ -66,4 +79,6 @@ def test_imports_point_down(subpackage, path):
                 f"{subpackage} (level {LEVEL[subpackage]}) may not depend on {target} (level {LEVEL[target]})"
             )
         if subpackage in ("functional", "layers") and parts[0] != "qkv":
-            assert parts[0] in CORE_ALLOWED, f"{path.name}: the core may depend on torch alone, found {name}"
+            assert parts[0] in CORE_ALLOWED, (
+                f"{path.name}: the core may depend on torch alone, found {name}"
+            )

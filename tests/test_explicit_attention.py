@@ -45,13 +45,13 @@ def _check_against_reference(q, k, v, mask, causal, atol=1e-10):
         torch.testing.assert_close(a, b, atol=atol, rtol=atol)
 
 
-@pytest.mark.parametrize("blocked", [False, True], ids=["batched", "blocked"])
+@pytest.mark.parametrize("block", [None, 154, 33], ids=["batched", "head-pairs", "rows"])
 @pytest.mark.parametrize("kind", ["none", "bool", "bias"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_matches_the_reference_on_both_paths(monkeypatch, blocked, kind, causal):
-    if blocked:  # every matrix is "large", and blocks are 3 rows of 11 keys
+def test_matches_the_reference_on_every_path(monkeypatch, block, kind, causal):
+    if block:  # every matrix is "large": blocks of two 7 x 11 heads, or of 3 rows of 11 keys
         monkeypatch.setattr(explicit, "BLOCKED_FROM_BYTES", 0)
-        monkeypatch.setattr(explicit, "BLOCK_ELEMENTS", 33)
+        monkeypatch.setattr(explicit, "BLOCK_ELEMENTS", block)
     q, k, v = _inputs(2, 4, 2, 7, 11, 5, 3)  # grouped heads, Tq < Tk, Dv != Dh
     _check_against_reference(q, k, v, _mask(kind, 2, 7, 11, q.dtype), causal)
 

@@ -151,3 +151,5 @@ def test_layer_errors_name_the_problem():
         layer(torch.randn(2, 3, 8), mask=torch.ones(2, 3, 4, dtype=torch.bool))
     with pytest.raises(TypeError, match="torch.nn.MultiheadAttention"):
         MultiHeadAttention.from_torch(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="self-attention .* needs kdim = vdim = d_model = 8"):
+        MultiHeadAttention(8, 2, kdim=6, vdim=6)(torch.randn(2, 3, 8))

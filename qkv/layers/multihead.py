@@ -127,6 +127,15 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("pass value together with key (or neither, for self-attention)")
         if isinstance(cache, StaticKV) and key is not None:
             raise ValueError("a StaticKV cache already holds the keys/values: omit key and value")
+        if (
+            key is None
+            and not isinstance(cache, StaticKV)
+            and (self.kdim, self.vdim) != (self.d_model,) * 2
+        ):
+            raise ValueError(
+                f"self-attention (key and value omitted) needs kdim = vdim = d_model = "
+                f"{self.d_model}; this layer has kdim={self.kdim}, vdim={self.vdim}: pass key and value"
+            )
         if key is not None:
             self._check_widths(key, key if value is None else value, batch=query.shape[0])
         if cache is not None and not isinstance(cache, (KVCache, StaticKV)):

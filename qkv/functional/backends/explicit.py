@@ -6,7 +6,8 @@ the output is ``weights @ v``, and the backward reads it back instead of recompu
 Large matrices are filled a block at a time (whole heads, or rows of one head) -- scores,
 mask, softmax and the block's share of the output while the block is in cache -- and the
 backward walks the same blocks with block-sized buffers, so besides the returned weights
-no other Tq x Tk tensor is ever allocated.  (PyTorch's math path allocates four, and on a
+no other Tq x Tk tensor is ever allocated -- not even the zero "gradient" autograd would
+otherwise build for the weights output.  (PyTorch's math path allocates four, and on a
 CPU the first touch of each fresh page is a large part of the cost.)  Under a causal mask
 a block of rows skips the keys past its diagonal, forward and backward.
 
@@ -96,27 +97,36 @@ class _ExplicitAttention(torch.autograd.Function):
         ctx.save_for_backward(query, key, value, weights, output)
         ctx.scale, ctx.causal = scale, causal
         ctx.mark_non_differentiable(weights)
+        ctx.set_materialize_grads(False)  # no (B, H, Tq, Tk) zeros for the weights' "gradient"
         return output, weights
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_output, _grad_weights):
         query, key, value, weights, output = ctx.saved_tensors
+        if grad_output is None:  # no gradient reached the output (weights are not materialised)
+            return None, None, None, None, None, None
         length, keys = weights.shape[-2:]
         grad_query = torch.empty_like(query)
-        grad_key = torch.zeros_like(key)
-        grad_value = torch.zeros_like(value)
+        grad_key = torch.empty_like(key)
+        grad_value = torch.empty_like(value)
         # dS = P * (dP - rowsum(dO * O)), with dP = dO v^T
         delta = (grad_output * output).sum(dim=-1, keepdim=True)  # (B, H, Tq, 1)
-        for bh, rows in weight_blocks(weights):
+        # Walking the blocks backwards, a head's last rows come first: they see every key, so
+        # they write the key/value gradients, which the earlier rows then add to.
+        for bh, rows in reversed(list(weight_blocks(weights))):
             seen = _visible_keys(rows, ctx.causal, length, keys)
             probs = weights[bh + (rows,)][..., :seen]
-            grad_out = grad_output[bh + (rows,)]
-            grad_value[bh][..., :seen, :] += probs.transpose(-2, -1) @ grad_out
+            grad_out, q_rows = grad_output[bh + (rows,)], query[bh + (rows,)]
             grad_scores = grad_out @ value[bh][..., :seen, :].transpose(-2, -1)
             grad_scores.sub_(delta[bh + (rows,)]).mul_(probs)
             torch.matmul(grad_scores, key[bh][..., :seen, :], out=grad_query[bh + (rows,)])
-            grad_key[bh][..., :seen, :] += grad_scores.transpose(-2, -1) @ query[bh + (rows,)]
+            if rows.stop is None or rows.stop >= length:
+                torch.matmul(probs.transpose(-2, -1), grad_out, out=grad_value[bh])
+                torch.matmul(grad_scores.transpose(-2, -1), q_rows, out=grad_key[bh])
+            else:  # a row block of one head: 2-D
+                grad_value[bh][:seen].addmm_(probs.transpose(-2, -1), grad_out)
+                grad_key[bh][:seen].addmm_(grad_scores.transpose(-2, -1), q_rows)
         grad_query.mul_(ctx.scale)
         grad_key.mul_(ctx.scale)
         return grad_query, grad_key, grad_value, None, None, None
