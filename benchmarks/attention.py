@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import qkv
-from benchmarks.common import interleaved, machine, matmul_gflops, peak_memory_mib, table, timed
+from benchmarks.common import interleaved, machine, matmul_gflops, peak_memory_mib, table
 
 HEADS, HEAD_DIM = 8, 64
 
@@ -82,37 +82,40 @@ def attention_table(lengths: list[int], memory: bool) -> str:
         for length in lengths:
             # two matmuls of T x T x Dh per head; backward does 2.5x the forward's work
             flops = 4 * HEADS * length * length * HEAD_DIM * (0.5 if causal else 1.0)
-            baseline = {}
+            # the implementations take turns; T >= 4096 takes seconds per call: one round
+            rounds, warmup = (5, True) if length <= 2048 else (1, False)
+            fwd = interleaved(
+                {name: _forward(name, length, causal) for name in IMPLEMENTATIONS},
+                rounds=rounds,
+                warmup=warmup,
+            )
+            both = interleaved(
+                {name: _forward_backward(name, length, causal) for name in IMPLEMENTATIONS},
+                rounds=rounds,
+                warmup=warmup,
+            )
             for name in IMPLEMENTATIONS:
-                repeats, warmup = (
-                    (3, 1) if length <= 2048 else (1, 0)
-                )  # T >= 4096: seconds per call
-                fwd = timed(_forward(name, length, causal), repeats=repeats, warmup=warmup)
-                both = timed(
-                    _forward_backward(name, length, causal), repeats=repeats, warmup=warmup
-                )
                 mem = None
                 if memory and not causal:
                     mem = peak_memory_mib(
                         functools.partial(_forward_backward, name, length, causal)
                     )
-                baseline.setdefault("fwd", fwd)
-                baseline.setdefault("both", both)
                 rows.append(
                     [
                         "yes" if causal else "no",
                         length,
                         name,
-                        fwd * 1e3,
-                        flops / fwd / 1e9,
-                        both * 1e3,
-                        3.5 * flops / both / 1e9,
-                        both / baseline["both"],
+                        fwd[name] * 1e3,
+                        flops / fwd[name] / 1e9,
+                        both[name] * 1e3,
+                        3.5 * flops / both[name] / 1e9,
+                        both[name] / both["torch sdpa"],
                         mem,
                     ]
                 )
                 print(
-                    f"  causal={causal} T={length} {name}: fwd {fwd * 1e3:.1f} ms, fwd+bwd {both * 1e3:.1f} ms, mem {mem}",
+                    f"  causal={causal} T={length} {name}: fwd {fwd[name] * 1e3:.1f} ms, "
+                    f"fwd+bwd {both[name] * 1e3:.1f} ms, mem {mem}",
                     flush=True,
                 )
     headers = [

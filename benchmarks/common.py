@@ -15,11 +15,14 @@ import torch
 __all__ = ["timed", "peak_memory_mib", "machine", "table", "matmul_gflops"]
 
 
-def interleaved(runs: dict[str, Callable[[], object]], *, rounds: int = 7) -> dict[str, float]:
+def interleaved(
+    runs: dict[str, Callable[[], object]], *, rounds: int = 7, warmup: bool = True
+) -> dict[str, float]:
     """Median seconds of each run, the runs taking turns round by round (after one warm-up
-    each), so a load that comes and goes on the machine hits every contender alike."""
+    each, unless ``warmup=False``), so a load that comes and goes on the machine hits every
+    contender alike."""
     times: dict[str, list[float]] = {name: [] for name in runs}
-    for run in runs.values():
+    for run in runs.values() if warmup else ():
         run()
     for _ in range(rounds):
         for name, run in runs.items():
