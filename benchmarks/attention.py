@@ -150,7 +150,7 @@ def auto_overhead_table(lengths: list[int], rounds: int = 7) -> str:
 
 
 def multihead_table(
-    batch: int = 8, length: int = 256, d_model: int = 512, heads: int = 8, rounds: int = 7
+    batch: int = 8, length: int = 256, d_model: int = 512, heads: int = 8, rounds: int = 15
 ) -> str:
     torch.manual_seed(0)
     reference = torch.nn.MultiheadAttention(d_model, heads, batch_first=True)

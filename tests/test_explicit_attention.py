@@ -49,6 +49,7 @@ def _check_against_reference(q, k, v, mask, causal, atol=1e-10):
 @pytest.mark.parametrize("kind", ["none", "bool", "bias"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_matches_the_reference_on_every_path(monkeypatch, block, kind, causal):
+    monkeypatch.setattr(explicit, "CAUSAL_SPLIT_FROM", 2)  # causal pieces: blocks of 2 rows
     if block:  # every matrix is "large": blocks of two 7 x 11 heads, or of 3 rows of 11 keys
         monkeypatch.setattr(explicit, "BLOCKED_FROM_BYTES", 0)
         monkeypatch.setattr(explicit, "BLOCK_ELEMENTS", block)
@@ -71,13 +72,14 @@ def test_property_equals_the_reference(b, h, tq, tk, d, kind, causal, blocked):
     if causal:
         tk = max(tk, tq)  # causal queries are the last positions of the keys
     q, k, v = _inputs(b, h, h, tq, tk, d, d + 1, seed=tq * 31 + tk)
-    old = explicit.BLOCKED_FROM_BYTES, explicit.BLOCK_ELEMENTS
+    old = explicit.BLOCKED_FROM_BYTES, explicit.BLOCK_ELEMENTS, explicit.CAUSAL_SPLIT_FROM
     if blocked:
         explicit.BLOCKED_FROM_BYTES, explicit.BLOCK_ELEMENTS = 0, 2 * tk
+        explicit.CAUSAL_SPLIT_FROM = 1
     try:
         _check_against_reference(q, k, v, _mask(kind, b, tq, tk, q.dtype), causal)
     finally:
-        explicit.BLOCKED_FROM_BYTES, explicit.BLOCK_ELEMENTS = old
+        explicit.BLOCKED_FROM_BYTES, explicit.BLOCK_ELEMENTS, explicit.CAUSAL_SPLIT_FROM = old
 
 
 @pytest.mark.parametrize("blocked", [False, True], ids=["batched", "blocked"])
@@ -85,10 +87,22 @@ def test_gradcheck_float64(monkeypatch, blocked):
     if blocked:
         monkeypatch.setattr(explicit, "BLOCKED_FROM_BYTES", 0)
         monkeypatch.setattr(explicit, "BLOCK_ELEMENTS", 8)
+        monkeypatch.setattr(explicit, "CAUSAL_SPLIT_FROM", 1)
     q, k, v = _inputs(1, 2, 2, 4, 5, 3, 2)
     mask = _mask("bool", 1, 4, 5, q.dtype)
     function = lambda q, k, v: attention_with_weights(q, k, v, mask=mask, causal=True).output  # noqa: E731
     assert torch.autograd.gradcheck(function, (q, k, v))
+
+
+def test_weight_blocks_tile_the_matrix_once(monkeypatch):
+    """Every (b, h, row) is in exactly one piece, on every path, causal or not."""
+    monkeypatch.setattr(explicit, "BLOCKED_FROM_BYTES", 0)
+    for block, causal in [(10**6, False), (10**6, True), (60, False), (60, True), (7, True)]:
+        monkeypatch.setattr(explicit, "BLOCK_ELEMENTS", block)
+        weights = torch.zeros(2, 3, 70, 5)
+        for bh, rows in explicit.weight_blocks(weights, causal):
+            weights[bh + (rows,)] += 1
+        assert torch.equal(weights, torch.ones_like(weights)), (block, causal)
 
 
 def test_fully_masked_rows_give_zeros_and_finite_gradients():

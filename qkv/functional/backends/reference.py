@@ -9,7 +9,7 @@ from torch import Tensor
 from ..masks import causal_mask
 from ..softmax import masked_softmax
 from . import AttentionCall, AttentionOutput, register_backend
-from .explicit import mask_and_normalise, weight_blocks
+from .explicit import additive_mask, causal_band, fill_weights, mask_and_normalise
 
 __all__ = ["ReferenceBackend", "attention_weights"]
 
@@ -43,30 +43,24 @@ def _weights_for_inspection(
     query: Tensor, key: Tensor, mask: Tensor | None, causal: bool, scale: float
 ) -> Tensor:
     """The same weights without autograd, at the cost of writing them once: the scale goes
-    on the queries (Tq x Dh, not Tq x Tk), and a large matrix is filled a block of rows at
-    a time -- scores, mask and softmax in place while the block is in cache (a plain
-    version makes four passes over memory: scores, masked copy, softmax, NaN fix).  This is
-    what a layer's ``need_weights`` costs when it needs no gradient."""
+    on the queries (Tq x Dh, not Tq x Tk), the mask is added as a bias, and a large matrix
+    is filled a block at a time (:func:`fill_weights`) -- scores, mask and softmax in place
+    while the block is in cache (a plain version makes four passes over memory: scores,
+    masked copy, softmax, NaN fix).  This is what a layer's ``need_weights`` costs when it
+    needs no gradient."""
     shape = (*query.shape[:-1], key.shape[-2])
     weights = torch.empty(shape, dtype=torch.result_type(query, key), device=query.device)
     queries, keys_t = query * scale, key.transpose(-2, -1)
-    above = None
-    if causal:
-        above = causal_mask(shape[-2], shape[-1], device=query.device).logical_not()
+    bias = additive_mask(mask, weights.dtype)
+    band = causal_band(shape[-2], weights.dtype, query.device) if causal else None
     if query.dim() != 4 or key.shape[:2] != query.shape[:2]:  # broadcasting: one batched op
         torch.matmul(queries, keys_t, out=weights)
-        mask_and_normalise(weights, mask, above)
+        mask_and_normalise(weights, bias, band)
         return weights
-    if mask is not None:
-        mask = mask.expand(shape)  # a view: slicing it per block copies nothing
-    for bh, rows in weight_blocks(weights):
-        block = weights[bh + (rows,)]
-        torch.matmul(queries[bh + (rows,)], keys_t[bh], out=block)
-        mask_and_normalise(
-            block,
-            None if mask is None else mask[bh + (rows,)],
-            None if above is None else above[rows],
-        )
+    if bias is not None:
+        bias = bias.expand(shape)  # a view: slicing it per block copies nothing
+    for _ in fill_weights(weights, queries, keys_t, bias, band):
+        pass
     return weights
 
 
