@@ -119,8 +119,8 @@ class _ExplicitAttention(torch.autograd.Function):
                 torch.matmul(probs.transpose(-2, -1), grad_out, out=grad_value[bh])
                 torch.matmul(grad_scores.transpose(-2, -1), q_rows, out=grad_key[bh])
             else:
-                grad_value[bh][..., :seen, :] += probs.transpose(-2, -1) @ grad_out
-                grad_key[bh][..., :seen, :] += grad_scores.transpose(-2, -1) @ q_rows
+                _add_product(grad_value[bh][..., :seen, :], probs.transpose(-2, -1), grad_out)
+                _add_product(grad_key[bh][..., :seen, :], grad_scores.transpose(-2, -1), q_rows)
         grad_query.mul_(ctx.scale)
         grad_key.mul_(ctx.scale)
         return grad_query, grad_key, grad_value, None, None, None
@@ -148,6 +148,16 @@ def fill_weights(
         if seen < keys:
             block[..., :seen] = probs
         yield bh, rows, seen, probs
+
+
+def _add_product(target: Tensor, a: Tensor, b: Tensor) -> None:
+    """target += a @ b, accumulated inside the matmul (no temporary) where BLAS allows it."""
+    if target.dim() == 2:
+        target.addmm_(a, b)
+    elif target.dim() == 3:
+        target.baddbmm_(a, b)
+    else:
+        target += a @ b
 
 
 def _visible_keys(rows: slice, causal: bool, length: int, keys: int) -> int:
