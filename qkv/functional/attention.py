@@ -150,6 +150,8 @@ def _check_tensors(query: Tensor, key: Tensor, value: Tensor) -> None:
             f"query, key, value are on different devices: {query.device}, {key.device}, {value.device}"
         )
     (b, h, tq, dh), (bk, hk, tk, dk), (bv, hv, tv, _) = query.shape, key.shape, value.shape
+    if b == bk == bv and hk == hv and h % hk == 0 and tk == tv and dh == dk and tq and tk:
+        return  # the common case, without formatting the messages below
     shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
     if not (b == bk == bv):
         raise ValueError(f"batch sizes differ: {shapes}")

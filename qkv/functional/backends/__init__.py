@@ -64,11 +64,13 @@ class Backend(Protocol):
 
 
 _REGISTRY: dict[str, tuple[int, Backend]] = {}
+_ORDER: list[Backend] = []  # the registry sorted by priority, kept beside it for "auto"
 
 
 def register_backend(backend: Backend, *, priority: int) -> Backend:
     """Add (or replace) a backend.  Lower priority numbers are tried first by "auto"."""
     _REGISTRY[backend.name] = (priority, backend)
+    _ORDER[:] = [b for _, b in sorted(_REGISTRY.values(), key=lambda entry: entry[0])]
     return backend
 
 
@@ -82,7 +84,7 @@ def get_backend(name: str) -> Backend:
 
 def available_backends() -> list[str]:
     """Backend names in the order "auto" tries them."""
-    return [name for name, _ in sorted(_REGISTRY.items(), key=lambda item: item[1][0])]
+    return [backend.name for backend in _ORDER]
 
 
 @dataclass(frozen=True)
@@ -106,10 +108,9 @@ def choose_backend(call: AttentionCall, requested: str = "auto") -> tuple[Backen
             raise ValueError(f"attention backend {requested!r} cannot serve this call: {why}")
         return backend, BackendChoice(requested)
     passed_over: dict[str, str] = {}
-    for name in available_backends():
-        backend = _REGISTRY[name][1]
+    for backend in _ORDER:
         why = backend.unsupported(call)
         if why is None:
-            return backend, BackendChoice(name, passed_over)
-        passed_over[name] = why
+            return backend, BackendChoice(backend.name, passed_over)
+        passed_over[backend.name] = why
     raise ValueError(f"no attention backend can serve this call: {passed_over}")
