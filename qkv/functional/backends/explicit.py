@@ -8,8 +8,10 @@ mask, softmax and the block's share of the output while the block is in cache --
 backward walks the same blocks with block-sized buffers, so besides the returned weights
 no other Tq x Tk tensor is ever allocated -- not even the zero "gradient" autograd would
 otherwise build for the weights output.  (PyTorch's math path allocates four, and on a
-CPU the first touch of each fresh page is a large part of the cost.)  Under a causal mask
-a block of rows skips the keys past its diagonal, forward and backward.
+CPU the first touch of each fresh page is a large part of the cost.)  Masks are added as
+a 0/-inf bias, made once at the mask's own shape (so a mask given at the full
+(B, H, Tq, Tk) shape costs one such float tensor more).  Under a causal mask a block of
+rows skips the keys past its diagonal, forward and backward.
 
 The returned weights carry no gradient (they are marked non-differentiable); gradients
 flow to q, k and v through the output.  Modifying the returned weights in place before
