@@ -75,23 +75,20 @@ def explicit_attention(
     bias = additive_mask(mask, query.dtype)
     if bias is not None:
         bias = bias.expand(shape)  # a view: slicing it per block copies nothing
-    band = None
-    if causal:  # the largest block of rows is at most Tq long
-        band = causal_band(shape[-2], query.dtype, query.device)
-    return _ExplicitAttention.apply(query, key, value, bias, band, scale)
+    return _ExplicitAttention.apply(query, key, value, bias, bool(causal), scale)
 
 
 class _ExplicitAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, query, key, value, bias, band, scale):
+    def forward(ctx, query, key, value, bias, causal, scale):
         batch, heads, length, keys = (*query.shape[:-1], key.shape[-2])
         weights = query.new_empty(batch, heads, length, keys)
         output = query.new_empty(batch, heads, length, value.shape[-1])
         queries, keys_t = query * scale, key.transpose(-2, -1)
-        for bh, rows, seen, probs in fill_weights(weights, queries, keys_t, bias, band):
+        for bh, rows, seen, probs in fill_weights(weights, queries, keys_t, bias, causal):
             torch.matmul(probs, value[bh][..., :seen, :], out=output[bh + (rows,)])
         ctx.save_for_backward(query, key, value, weights, output)
-        ctx.scale, ctx.causal = scale, band is not None
+        ctx.scale, ctx.causal = scale, causal
         ctx.mark_non_differentiable(weights)
         ctx.set_materialize_grads(False)  # no (B, H, Tq, Tk) zeros for the weights' "gradient"
         return output, weights
@@ -129,16 +126,20 @@ class _ExplicitAttention(torch.autograd.Function):
 
 
 def fill_weights(
-    weights: Tensor, queries: Tensor, keys_t: Tensor, bias: Tensor | None, band: Tensor | None
+    weights: Tensor, queries: Tensor, keys_t: Tensor, bias: Tensor | None, causal: bool
 ) -> Iterator[tuple[tuple, slice, int, Tensor]]:
-    """Fill ``weights`` (B, H, Tq, Tk) with softmax(queries @ keys_t + bias, causal band) a
+    """Fill ``weights`` (B, H, Tq, Tk) with softmax(queries @ keys_t + bias, causal) a
     block at a time (:func:`weight_blocks`); after each block yield ``(bh, rows, seen,
     probs)``: the block's weights over the ``seen`` keys it can see, while in cache.  A
     causal block of rows computes only those keys and zeroes the rest.  ``queries`` carry
     the scale; ``bias`` is expanded to (B, H, Tq, Tk) or None."""
     length, keys = weights.shape[-2:]
-    causal = band is not None
-    for bh, rows in weight_blocks(weights, causal):
+    blocks = list(weight_blocks(weights, causal))
+    band = None
+    if causal:  # as large as the largest block of rows (the first): not Tq x Tq
+        first = blocks[0][1]
+        band = causal_band(len(range(length)[first]), weights.dtype, weights.device)
+    for bh, rows in blocks:
         block = weights[bh + (rows,)]
         seen = _visible_keys(rows, causal, length, keys)
         if seen < keys:  # keys past the diagonal get weight 0

@@ -52,14 +52,14 @@ def _weights_for_inspection(
     weights = torch.empty(shape, dtype=torch.result_type(query, key), device=query.device)
     queries, keys_t = query * scale, key.transpose(-2, -1)
     bias = additive_mask(mask, weights.dtype)
-    band = causal_band(shape[-2], weights.dtype, query.device) if causal else None
     if query.dim() != 4 or key.shape[:2] != query.shape[:2]:  # broadcasting: one batched op
         torch.matmul(queries, keys_t, out=weights)
+        band = causal_band(shape[-2], weights.dtype, query.device) if causal else None
         mask_and_normalise(weights, bias, band)
         return weights
     if bias is not None:
         bias = bias.expand(shape)  # a view: slicing it per block copies nothing
-    for _ in fill_weights(weights, queries, keys_t, bias, band):
+    for _ in fill_weights(weights, queries, keys_t, bias, causal):
         pass
     return weights
 
