@@ -1,0 +1,43 @@
+"""qkv's own errors: the mistakes a user can make, each named where the input is checked.
+
+Every error qkv raises on purpose is a :class:`QkvError`; the ``qkv`` command prints those as
+one line (exit 2).  Anything else that escapes is a bug and is shown with its traceback.
+
+``QkvError`` subclasses ``ValueError`` so code written against the earlier plain
+``ValueError`` keeps working; ``MissingFileError`` is also a ``FileNotFoundError``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "QkvError",
+    "InputError",
+    "DataError",
+    "MissingFileError",
+    "CheckpointError",
+    "RunError",
+]
+
+
+class QkvError(ValueError):
+    """A problem with what qkv was given; the message names it and the fix."""
+
+
+class InputError(QkvError):
+    """Wrong arguments: tensor shapes, dtypes, masks, options, sizes."""
+
+
+class DataError(QkvError):
+    """A corpus, text, image set or tokenizer that cannot be read or makes no sense."""
+
+
+class MissingFileError(DataError, FileNotFoundError):
+    """A file or folder that qkv was pointed at does not exist."""
+
+
+class CheckpointError(QkvError):
+    """A checkpoint that is missing, corrupt, of the wrong kind or asks for absurd sizes."""
+
+
+class RunError(QkvError):
+    """The run folder cannot be used: held by another process, disk full, not writable."""
