@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from qkv.functional import padding_mask
 from qkv.layers.blocks import DecoderBlock, DecoderLayerState, EncoderBlock
-from qkv.layers.positions import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from qkv.layers.position_registry import build_input_positions
 
 from .base import Seq2SeqOutput, StepOutput
 from .registry import register_model
@@ -89,8 +89,9 @@ class Transformer(nn.Module):
             if config.share_embeddings
             else nn.Embedding(config.target_vocab_size, d_model, padding_idx=pad_id)
         )
-        self.source_positions = _make_positions(config)
-        self.target_positions = _make_positions(config)
+        positions = dict(d_model=d_model, max_len=config.max_len, dropout=config.dropout)
+        self.source_positions = build_input_positions(config.positions, **positions)
+        self.target_positions = build_input_positions(config.positions, **positions)
         block_options = dict(
             dropout=config.dropout,
             activation=config.activation,
@@ -209,17 +210,6 @@ class Transformer(nn.Module):
     def _embed_target(self, tokens: Tensor, *, offset: int) -> Tensor:
         x = self.target_embedding(tokens) * self.embedding_scale  # (B, T, D)
         return self.target_positions(x, offset=offset)
-
-
-def _make_positions(config: TransformerConfig) -> nn.Module:
-    if config.positions == "sinusoidal":
-        return SinusoidalPositionalEncoding(
-            config.d_model, max_len=config.max_len, dropout=config.dropout
-        )
-    mode = "concat" if config.positions == "learned_concat" else "add"
-    return LearnedPositionalEmbedding(
-        config.max_len, config.d_model, mode=mode, dropout=config.dropout
-    )
 
 
 def _check_ids(tokens: Tensor, name: str) -> None:
