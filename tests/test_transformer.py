@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from qkv.decoding import greedy_search
 from qkv.layers.blocks import DecoderBlock, EncoderBlock
 from qkv.layers.positions import NoInputPositions
 from qkv.layers.relative_positions import ALiBi, RotaryEmbedding
@@ -329,3 +330,27 @@ def test_decoder_weights_flag_none_last_or_all():
         torch.testing.assert_close(out.hidden, plain.hidden)
     with pytest.raises(ValueError, match="need_weights='first'"):
         run("first")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_cached_greedy_decoding_equals_uncached(positions):
+    """greedy_search through the KV-cached step protocol gives the tokens and scores of a
+    greedy loop that reruns the whole prefix through the full forward at every step."""
+    model = _model(seed=3, positions=positions, norm_first=True, tie_output=False)
+    with torch.no_grad():  # untrained tied logits favour repeating the input token
+        model.output.weight.normal_(0.0, 1.0)
+    source, bos, eos, steps = _source(), 1, 16, 10  # 16: some rows end early, some do not
+    cached = greedy_search(model, source, max_len=steps, bos_id=bos, eos_id=eos)
+    prefix = torch.full((source.shape[0], 1), bos, device=DEVICE)
+    total = torch.zeros(source.shape[0], device=DEVICE)
+    with torch.no_grad():
+        for _ in range(steps):
+            log_probs = F.log_softmax(model(source, prefix).logits[:, -1].float(), dim=-1)
+            best, token = log_probs.max(dim=-1)
+            total += torch.where((prefix == eos).any(dim=1), 0.0, best)
+            prefix = torch.cat([prefix, token[:, None]], dim=1)
+    for row, generated in enumerate(prefix[:, 1:].tolist()):
+        expected = generated[: generated.index(eos)] if eos in generated else generated
+        assert cached.tokens[row] == expected
+    assert cached.scores == pytest.approx(total.tolist(), abs=1e-4)
