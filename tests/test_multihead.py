@@ -153,3 +153,23 @@ def test_layer_errors_name_the_problem():
         MultiHeadAttention.from_torch(nn.Linear(2, 2))
     with pytest.raises(ValueError, match="self-attention .* needs kdim = vdim = d_model = 8"):
         MultiHeadAttention(8, 2, kdim=6, vdim=6)(torch.randn(2, 3, 8))
+
+
+def test_both_cache_kinds_share_one_protocol_and_other_objects_are_refused():
+    from qkv.layers import AttentionCache, StaticKV
+
+    layer = MultiHeadAttention(16, 4, num_kv_heads=2)
+    memory, x = torch.randn(2, 5, 16), torch.randn(2, 3, 16)
+    static = layer.project_kv(memory)
+    growing = KVCache()
+    for cache, appends in ((static, False), (growing, True)):
+        assert isinstance(cache, AttentionCache) and cache.appends is appends
+    assert isinstance(static, StaticKV) and static.length == 5
+    cross, _ = layer(x, cache=static)
+    torch.testing.assert_close(cross, layer(x, memory, memory)[0])
+    layer(x, cache=growing)
+    assert growing.length == 3
+    with pytest.raises(TypeError, match="KVCache or StaticKV"):
+        layer(x, cache=(static.key, static.value))
+    with pytest.raises(ValueError, match="omit key and value"):
+        layer(x, memory, memory, cache=static)

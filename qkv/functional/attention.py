@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from ..errors import InputError
 from .backends import AttentionCall, AttentionOutput, BackendChoice, choose_backend
 from .backends.explicit import explicit_attention, supports_explicit
+from .backends.reference import attention_weights
 from .checks import check_causal, check_mask, check_tensors
 from .heads import repeat_kv
 from .scores import resolve_scale
@@ -25,6 +27,7 @@ def attention(
     scale: float | None = None,
     dropout: float = 0.0,
     need_weights: bool = False,
+    weights_grad: bool = True,
     backend: str = "auto",
 ) -> AttentionOutput:
     """z_i = sum_j alpha_ij v_j,  alpha_ij = softmax_j(e_ij),  e_ij = score(q_i, k_j).
@@ -46,6 +49,11 @@ def attention(
         dropout: probability of dropping a weight.  Applied whenever > 0, like SDPA's
             ``dropout_p``; layers pass 0 in eval mode.
         need_weights: also return the weights (before dropout).  They carry gradients.
+        weights_grad: False: the weights are for inspection only and carry **no gradient**
+            (the output still does).  Then in float32/float64 without dropout one weight
+            matrix, written once, gives the output, the weights and the backward
+            (:func:`attention_with_weights`); otherwise the output takes the fastest backend
+            and the weights are computed beside it without autograd.
         backend: "auto" (the fastest that supports the call; see :func:`explain_backend`),
             "sdpa", "chunked" or "reference".
 
@@ -53,8 +61,24 @@ def attention(
     never NaN, on every backend.
     """
     call = _make_call(query, key, value, mask, causal, score, scale, dropout, need_weights)
+    if call.need_weights and not weights_grad:
+        return _attention_for_inspection(call, backend)
     impl, _ = choose_backend(call, backend)
     return impl.run(call)
+
+
+def _attention_for_inspection(call: AttentionCall, backend: str) -> AttentionOutput:
+    """The output with its gradient, and weights without one."""
+    if backend == "auto" and supports_explicit(call.query, call.mask, call.dropout) is None:
+        output, weights = explicit_attention(
+            call.query, call.key, call.value, call.mask, call.causal, call.scale
+        )
+        return AttentionOutput(output, weights)  # one matrix: output, weights and backward
+    impl, _ = choose_backend(call._replace(need_weights=False), backend)
+    output = impl.run(call._replace(need_weights=False)).output
+    with torch.no_grad():  # dropout or half precision: the weights computed beside
+        weights = attention_weights(call.query, call.key, call.mask, call.causal, call.scale)
+    return AttentionOutput(output, weights)
 
 
 def attention_with_weights(
@@ -100,12 +124,21 @@ def explain_backend(
     scale: float | None = None,
     dropout: float = 0.0,
     need_weights: bool = False,
+    weights_grad: bool = True,
     backend: str = "auto",
 ) -> BackendChoice:
     """Which backend :func:`attention` would run with these arguments, and what ruled out
-    each faster one.  ``print(explain_backend(q, k, v, need_weights=True))``."""
+    each faster one.  ``print(explain_backend(q, k, v, need_weights=True))``.  Weights for
+    inspection (``weights_grad=False``) go to "explicit" where it can serve them."""
     call = _make_call(query, key, value, mask, causal, score, scale, dropout, need_weights)
-    return choose_backend(call, backend)[1]
+    if not (call.need_weights and not weights_grad):
+        return choose_backend(call, backend)[1]
+    reason = supports_explicit(call.query, call.mask, call.dropout)
+    if backend == "auto" and reason is None:
+        return BackendChoice("explicit")
+    choice = choose_backend(call._replace(need_weights=False), backend)[1]
+    passed_over = {"explicit": reason or f"backend={backend!r} requested", **choice.passed_over}
+    return BackendChoice(choice.backend, passed_over)
 
 
 def _make_call(
