@@ -15,7 +15,6 @@ from qkv.functional import (
     causal_mask,
     explain_backend,
     from_key_padding_mask,
-    lengths_mask,
     masked_softmax,
     merge_heads,
     padding_mask,
@@ -48,7 +47,6 @@ def test_masks_have_documented_shapes_and_polarity():
     keep = padding_mask(tokens, pad_id=0)
     assert keep.shape == (2, 1, 1, 3)
     assert keep[:, 0, 0].tolist() == [[True, True, False], [True, False, False]]
-    assert torch.equal(lengths_mask(torch.tensor([2, 1]), 3), keep)
     assert torch.equal(from_key_padding_mask(tokens == 0), keep)
     assert causal_mask(3).tolist() == [
         [True, False, False],
