@@ -29,7 +29,9 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) ->
     if not (torch.is_grad_enabled() and scores.requires_grad):
         # No gradient wanted (inference, weights for inspection): PyTorch's fused softmax,
         # whose rows with nothing to attend (0 / 0 = NaN) become zeros.
-        return torch.softmax(scores, dim).masked_fill_(row_max == float("-inf"), 0.0)
+        weights = torch.softmax(scores, dim)
+        empty = row_max == float("-inf")
+        return weights.masked_fill_(empty, 0.0) if empty.any() else weights
     # Subtracting the row max keeps exp() in range; a detached shift leaves the gradient of
     # softmax unchanged (it is shift-invariant).  Fully masked rows have max -inf: shift by 0.
     row_max = row_max.masked_fill(row_max == float("-inf"), 0.0)

@@ -96,7 +96,7 @@ class MultiHeadAttention(nn.Module):
                 q = self.positions.rotate(q, start=past)
                 k = self.positions.rotate(k, start=past)  # the KV heads, before the cache
             if cache is not None:
-                k, v = cache.append(k, v)  # (B, Hkv, past + Tq, Dh)
+                k, v = cache.append(k, v)  # (B, Hkv, past + new positions, Dh)
             if self.positions is not None:
                 mask = _add_bias(mask, self._position_bias(q, k, past))
         output, weights = attention(
