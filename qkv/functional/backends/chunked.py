@@ -64,6 +64,7 @@ def chunked_attention(
     """
     check_tensors(query, key, value)
     mask = check_mask(mask, query, key)
+    check_causal(causal, query.shape[2], key.shape[2])
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size={block_size!r} must be a positive int (e.g. 1024)")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
@@ -82,8 +83,8 @@ def _run(
     scale: float,
     block_size: int,
 ) -> tuple[Tensor, Tensor]:
-    """Validated tensors -> (output (B, H, Tq, Dv) in query's dtype, lse (B, H, Tq))."""
-    check_causal(causal, query.shape[2], key.shape[2])
+    """Validated tensors (causal with Tk >= Tq) -> (output (B, H, Tq, Dv) in query's dtype,
+    lse (B, H, Tq))."""
     dtype = compute_dtype(query.dtype)
     args = [t.to(dtype) for t in (query, key, value)]
     if mask is not None and mask.is_floating_point():
