@@ -351,3 +351,58 @@ def test_the_server_serves_the_page_on_localhost_and_nothing_else():
         server.server_close()
     with pytest.raises(InputError, match="--port"):
         PageServer("x", port=70000)
+
+
+# -------------------------------------------------------------------- the command
+
+
+def test_qkv_explore_writes_a_page_for_a_translator_and_a_captioner(tmp_path, capsys):
+    from PIL import Image
+
+    from qkv.cli.main import main
+    from qkv.training import save_checkpoint
+
+    tokenizer = tiny_tokenizer()
+    run = tmp_path / "translator"
+    save_checkpoint(
+        run,
+        tiny_transformer(tokenizer.vocab_size, layers=1, heads=2),
+        step=1,
+        metadata={"setup": {"max_len": 32}},
+        tokenizers={"tokenizer": tokenizer},
+    )
+    out = tmp_path / "explore.html"
+    args = ["explore", "--checkpoint", str(run), *SENTENCES, "--out", str(out), "--beam", "2"]
+    assert main(args) == 0
+    page = out.read_text(encoding="utf-8")
+    assert 'id="qkv-data"' in page and "the fox" in capsys.readouterr().out
+
+    model, vocab = tiny_captioner()
+    run = tmp_path / "captioner"
+    save_checkpoint(run, model, step=1, tokenizers={"vocab": vocab})
+    picture = tmp_path / "scene.png"
+    Image.new("RGB", (40, 30), (200, 30, 30)).save(picture)
+    assert main(["explore", "--checkpoint", str(run), str(picture), "--out", str(out)]) == 0
+    assert "scene.png" in out.read_text(encoding="utf-8")
+
+
+def test_qkv_explore_refuses_the_baseline_and_a_missing_destination(tmp_path, capsys):
+    from qkv.cli.main import main
+    from qkv.training import save_checkpoint
+
+    tokenizer = tiny_tokenizer()
+    baseline = RNNBaseline(RNNConfig(source_vocab_size=tokenizer.vocab_size, hidden_dim=8))
+    save_checkpoint(tmp_path / "rnn", baseline, step=1, tokenizers={"tokenizer": tokenizer})
+    out = str(tmp_path / "x.html")
+    assert main(["explore", "--checkpoint", str(tmp_path / "rnn"), "abc", "--out", out]) == 2
+    assert "baseline without attention" in capsys.readouterr().err
+    assert main(["explore", "--checkpoint", str(tmp_path / "rnn"), "abc"]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_qkv_explore_has_help_with_an_example(capsys):
+    from qkv.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["explore", "--help"])
+    assert "qkv explore --checkpoint" in capsys.readouterr().out
