@@ -550,6 +550,7 @@
   render();
   Promise.all(pending).then(() => {
     renderImage();
+    performance.mark("qkv-ready"); // how long opening took: benchmarks/explore_page.py
     document.body.dataset.ready = "true";
   });
 })();
