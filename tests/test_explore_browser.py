@@ -273,3 +273,17 @@ def test_the_dark_theme_follows_the_system_setting(browser, pages):
     finally:
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
     assert light == "rgb(255, 255, 255)" and dark == "rgb(21, 23, 27)"
+
+
+def test_the_address_names_the_view_and_follows_it(browser, pages):
+    url = (pages["folder"] / "transformer.html").as_uri()
+    browser.get(url + "#input=1&view=cross&layer=2&head=mean")
+    assert browser.execute_script("return window.qkv.current()") == {
+        "input": 1,
+        "view": "cross",
+        "layer": 2,
+        "head": "mean",
+        "word": 0,
+    }
+    browser.execute_script("window.qkv.show({view: 'encoder', head: 'rollout'})")
+    assert browser.execute_script("return location.hash").endswith("head=rollout&word=0")

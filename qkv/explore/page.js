@@ -489,7 +489,25 @@
     next.word = Math.max(0, Math.min(next.word, v.query_tokens.length - 1));
     Object.assign(state, next);
     render();
+    const hash = Object.entries(current()).map(([k, value]) => `${k}=${encodeURIComponent(value)}`);
+    history.replaceState(null, "", "#" + hash.join("&")); // a link or a reload keeps the view
     return current();
+  }
+
+  /** The view named in the address, e.g. explore.html#input=1&view=cross&layer=2&head=mean */
+  function fromHash() {
+    const request = {};
+    for (const part of location.hash.slice(1).split("&")) {
+      const [key, value] = part.split("=").map(decodeURIComponent);
+      if (!["input", "view", "layer", "head", "word"].includes(key) || value === undefined) continue;
+      request[key] = /^\d+$/.test(value) ? Number(value) : value;
+    }
+    try {
+      show(request);
+    } catch (error) {
+      console.warn(`ignoring the address's view: ${error.message}`);
+      render();
+    }
   }
 
   function current() {
@@ -547,7 +565,7 @@
   }) : Promise.resolve());
 
   window.qkv = { show, current, png, savePng, data: DATA };
-  render();
+  fromHash();
   Promise.all(pending).then(() => {
     renderImage();
     performance.mark("qkv-ready"); // how long opening took: benchmarks/explore_page.py
