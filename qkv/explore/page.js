@@ -152,16 +152,18 @@
     const parts = [Object.assign(document.createElement("div"), { className: "corner" })];
     colLabels = v.key_tokens.map((t, j) => {
       const label = document.createElement("div");
-      label.className = "col-label"; label.dataset.col = String(j); label.title = t;
-      label.textContent = j % every === 0 ? t : "";
+      label.className = "col-label" + (j % every === 0 ? " shown" : "");
+      label.dataset.col = String(j); label.title = t;
+      label.textContent = j % every === 0 ? short(t) : "";
       parts.push(label);
       return label;
     });
     rowCells = []; colCells = v.key_tokens.map(() => []); rowLabels = [];
     for (let i = 0; i < rows; i++) {
       const label = document.createElement("div");
-      label.className = "row-label"; label.dataset.row = String(i); label.title = v.query_tokens[i];
-      label.textContent = i % every === 0 ? v.query_tokens[i] : "";
+      label.className = "row-label" + (i % every === 0 ? " shown" : "");
+      label.dataset.row = String(i); label.title = v.query_tokens[i];
+      label.textContent = i % every === 0 ? short(v.query_tokens[i]) : "";
       rowLabels.push(label); parts.push(label);
       const cells = [];
       for (let j = 0; j < cols; j++) {
@@ -183,6 +185,8 @@
     const bar = $("legend-bar").getContext("2d");
     for (let x = 0; x < 160; x++) { bar.fillStyle = css(colour(x / 159)); bar.fillRect(x, 0, 1, 10); }
   }
+
+  const short = (label) => (label.length > 14 ? label.slice(0, 13) + "\u2026" : label);
 
   function describe(s) {
     const parts = [`entropy ${s.entropy} bits`];
