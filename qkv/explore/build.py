@@ -24,17 +24,13 @@ from torch import Tensor, nn
 from qkv.data import BOS_ID
 from qkv.errors import InputError
 
-from .extract import Decoded, decode_hypotheses, explorable_kind, teacher_forced_attention
-from .summaries import WEIGHT_SCALE, attention_rollout, head_summary, quantize
+from .extract import decode_hypotheses, explorable_kind
+from .summaries import WEIGHT_SCALE
+from .views import alignment_view, decoded_text, token_labels, transformer_views
 
 __all__ = ["explore", "FORMAT", "VERSION"]
 
 FORMAT, VERSION = "qkv-explorer", 1
-VIEW_TITLES = {
-    "encoder": "encoder self-attention",
-    "decoder": "decoder self-attention",
-    "cross": "decoder \u2192 encoder cross-attention",
-}
 
 
 @torch.no_grad()
@@ -138,14 +134,14 @@ def _sentence_input(model, kind, item, index, *, tokenizer, beam, max_len, lengt
     hypotheses = decode_hypotheses(
         model, source, max_len=max_len, beam=beam, length_penalty=length_penalty
     )
-    source_tokens = _labels(tokenizer, ids)
+    source_tokens = token_labels(tokenizer, ids)
     if kind == "transformer":
         best = hypotheses[1] if beam > 1 else hypotheses[0]  # the beam's best, else greedy
-        views = _transformer_views(model, source, best, source_tokens, tokenizer)
+        views = transformer_views(model, source, best, source_tokens, tokenizer)
         shown = [best]
     else:
         views = [
-            _alignment_view(model, source, found, source_tokens, tokenizer) for found in hypotheses
+            alignment_view(model, source, found, source_tokens, tokenizer) for found in hypotheses
         ]
         shown = hypotheses
     text = item if isinstance(item, str) else " ".join(source_tokens)
@@ -153,8 +149,8 @@ def _sentence_input(model, kind, item, index, *, tokenizer, beam, max_len, lengt
         "name": text,
         "source": text,
         "source_tokens": source_tokens,
-        "output": _decode_text(tokenizer, shown[0].ids),
-        "output_tokens": _labels(tokenizer, shown[0].ids),
+        "output": decoded_text(tokenizer, shown[0].ids),
+        "output_tokens": token_labels(tokenizer, shown[0].ids),
         "score": shown[0].score,
         "views": views,
     }
@@ -181,73 +177,6 @@ def _source_ids(item, index: int, tokenizer) -> list[int]:
     return ids
 
 
-def _transformer_views(model, source, best: Decoded, source_tokens, tokenizer) -> list[dict]:
-    target_input = torch.tensor([[BOS_ID, *best.ids]], device=source.device)
-    attention = teacher_forced_attention(model, source, target_input)
-    inputs = ["<s>", *_labels(tokenizer, best.ids)]
-    produced = [*inputs[1:], _end_label(best)]
-    sides = {
-        "encoder": (source_tokens, source_tokens, "source", "source"),
-        "decoder": (inputs, inputs, "target", "target"),
-        "cross": (produced, source_tokens, "target", "source"),
-    }
-    views = []
-    for name, (queries, keys, query_side, key_side) in sides.items():
-        layers = attention[name]
-        view = _view(name, VIEW_TITLES[name], queries, keys, query_side, key_side, layers)
-        if name == "encoder":
-            for layer, rollout in zip(view["layers"], attention_rollout(layers), strict=True):
-                layer["rollout"] = quantize(rollout)
-                layer["rollout_summary"] = head_summary(rollout, self_attention=True)
-        views.append(view)
-    return views
-
-
-def _alignment_view(model, source, found: Decoded, key_tokens, tokenizer, kind="alignment"):
-    """One hypothesis: its (T, S) alignment from a teacher-forced pass with need_weights."""
-    target_input = torch.tensor([[BOS_ID, *found.ids]], device=source.device)
-    weights = teacher_forced_attention(model, source, target_input)["cross"]
-    produced = [*_labels(tokenizer, found.ids), _end_label(found)]
-    title = f"{found.search}: score {found.score:.3f}"
-    view = _view(found.search, title, produced, key_tokens, "target", "source", weights)
-    view.update(
-        kind=kind,
-        output=_decode_text(tokenizer, found.ids),
-        score=found.score,
-        normalized_score=found.normalized_score,
-        finished=found.finished,
-    )
-    return view
-
-
-def _view(name, title, queries, keys, query_side, key_side, layers) -> dict[str, Any]:
-    self_attention = query_side == key_side
-    rows = []
-    for weights in layers:  # (H, Tq, Tk)
-        if weights.shape[1:] != (len(queries), len(keys)):
-            raise InputError(
-                f"{name}: weights of shape {tuple(weights.shape)} do not match "
-                f"{len(queries)} query and {len(keys)} key tokens"
-            )
-        rows.append(
-            {
-                "heads": [quantize(head) for head in weights],
-                "summaries": [head_summary(h, self_attention=self_attention) for h in weights],
-                "mean_summary": head_summary(weights.mean(0), self_attention=self_attention),
-            }
-        )
-    return {
-        "id": name,
-        "title": title,
-        "kind": "self" if self_attention else "cross",
-        "query_side": query_side,
-        "key_side": key_side,
-        "query_tokens": list(queries),
-        "key_tokens": list(keys),
-        "layers": rows,
-    }
-
-
 # -- captioners ---------------------------------------------------------------------------
 
 
@@ -269,7 +198,7 @@ def _image_input(model, kind, item, index, *, tokenizer, beam, max_len, length_p
     regions = [f"({row}, {col})" for row in range(grid) for col in range(grid)]
     views = []
     for found in hypotheses:
-        view = _alignment_view(model, image, found, regions, tokenizer, kind="image")
+        view = alignment_view(model, image, found, regions, tokenizer, kind="image")
         if config.gate:
             target_input = torch.tensor([[BOS_ID, *found.ids]], device=image.device)
             gates = model.decode_teacher_forced(image, target_input).gates[0]  # (T,)
@@ -281,7 +210,7 @@ def _image_input(model, kind, item, index, *, tokenizer, beam, max_len, length_p
         "source": f"image {index + 1}",
         "source_tokens": regions,
         "output": views[0]["output"],
-        "output_tokens": _labels(tokenizer, greedy.ids),
+        "output_tokens": token_labels(tokenizer, greedy.ids),
         "score": greedy.score,
         "image": {"png": png_data_uri(item), "grid": [grid, grid]},
         "views": views,
@@ -294,31 +223,6 @@ def png_data_uri(image: Tensor) -> str:
     buffer = io.BytesIO()
     Image.fromarray(np.ascontiguousarray(pixels.permute(1, 2, 0).numpy())).save(buffer, "PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-# -- labels -------------------------------------------------------------------------------
-
-
-def _labels(tokenizer, ids: Sequence[int]) -> list[str]:
-    """Token strings: a Tokenizer's ``tokens(ids)``, or a word vocabulary's ``tokens`` list."""
-    tokens = getattr(tokenizer, "tokens", None)
-    if callable(tokens):
-        return list(tokens(ids))
-    if isinstance(tokens, Sequence):
-        return [tokens[i] if 0 <= i < len(tokens) else f"<{i}>" for i in ids]
-    return [str(i) for i in ids]
-
-
-def _decode_text(tokenizer, ids: Sequence[int]) -> str:
-    decoded = tokenizer.decode(ids) if callable(getattr(tokenizer, "decode", None)) else None
-    if isinstance(decoded, list):  # a word vocabulary decodes to words
-        return " ".join(decoded)
-    return decoded if isinstance(decoded, str) else " ".join(_labels(tokenizer, ids))
-
-
-def _end_label(found: Decoded) -> str:
-    """What the last step predicted: </s>, or the next token of a hypothesis cut at max_len."""
-    return "</s>" if found.finished else "\u2026"
 
 
 def _device(model: nn.Module) -> torch.device:
