@@ -2,6 +2,7 @@
 through chromium-driver, with the network switched off for the page.  One browser for the
 whole module; tiny random-weight models built here."""
 
+import base64
 import io
 import json
 import shutil
@@ -191,8 +192,11 @@ def test_hovering_a_token_highlights_its_row_and_column(browser, pages):
 
     open_page(browser, pages, "transformer")
     browser.execute_script("window.qkv.show({input: 1, view: 'encoder', layer: 0, head: 0})")
+    small = "return document.querySelector('#grid canvas').toDataURL()"
+    before = browser.execute_script(small)
     label = browser.find_element("css selector", '#matrix .row-label[data-row="2"]')
     ActionChains(browser).move_to_element(label).perform()
+    assert browser.execute_script(small) != before  # the small matrices show the band too
     lit = browser.execute_script(
         "return [...document.querySelectorAll('#matrix .cell.hl')].map(c => [+c.dataset.row, +c.dataset.col])"
     )
@@ -241,6 +245,13 @@ def test_save_png_writes_a_picture_of_the_view(browser, pages):
     (saved,) = browser.downloads.glob("*.png")
     time.sleep(0.2)  # let the browser finish the write
     assert png_is_not_blank(saved.read_bytes(), colours=20)
+    # every panel's button draws through qkv.png(panel)
+    for name, panels in (("transformer", ["grid"]), ("captioner", ["image", "strip", "head"])):
+        open_page(browser, pages, name)
+        for panel in panels:
+            url = browser.execute_script(f"return window.qkv.png('{panel}')")
+            assert url.startswith("data:image/png;base64,")
+            assert png_is_not_blank(base64.b64decode(url.split(",", 1)[1]), colours=20), panel
 
 
 @pytest.mark.parametrize(

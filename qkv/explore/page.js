@@ -236,7 +236,7 @@
         box.append(stat);
       }
       box.addEventListener("click", () => show({ view: item.view, layer: item.layer, head: parseHead(item.head) }));
-      return { box, canvas, image: pixels(m), view: v, ...item };
+      return { ...item, box, canvas, image: pixels(m), data: v };
     });
     grid.replaceChildren(...smalls.map((s) => s.box));
     drawSmalls();
@@ -247,8 +247,8 @@
       const ctx = s.canvas.getContext("2d"), w = s.canvas.width, h = s.canvas.height;
       ctx.imageSmoothingEnabled = false;
       ctx.drawImage(s.image, 0, 0, w, h);
-      if (hover) band(ctx, s.view, s.image.height, s.image.width, w, h);
-      s.box.classList.toggle("current", s.view === view() && s.layer === state.layer &&
+      if (hover) band(ctx, s.data, s.image.height, s.image.width, w, h);
+      s.box.classList.toggle("current", s.view === state.view && s.layer === state.layer &&
         String(s.head) === String(state.head));
     }
   }
