@@ -398,6 +398,8 @@ def test_qkv_explore_refuses_the_baseline_and_a_missing_destination(tmp_path, ca
     assert "baseline without attention" in capsys.readouterr().err
     assert main(["explore", "--checkpoint", str(tmp_path / "rnn"), "abc"]) == 2
     assert "--out" in capsys.readouterr().err
+    assert main(["explore", "--checkpoint", str(tmp_path / "rnn"), "a", "--out", "x.png"]) == 2
+    assert ".html file" in capsys.readouterr().err
 
 
 def test_qkv_explore_has_help_with_an_example(capsys):

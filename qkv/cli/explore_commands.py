@@ -59,12 +59,16 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _explore(args: argparse.Namespace) -> int:
     from ..errors import InputError
-    from ..explore import explore, render_html, serve, write_html
+    from ..explore import check_page_path, explore, render_html, serve, write_html
     from ..tasks import ImageCaptioner, Translator
     from ..training import checkpoint_model_type
 
     if not args.out and not args.serve:
         raise InputError("say where the page goes: --out explore.html, or --serve, or both")
+    if args.out:
+        check_page_path(args.out)
+    if not 0 <= args.port <= 65535:
+        raise InputError(f"--port {args.port} must be between 0 (any free port) and 65535")
     inputs = args.inputs or [line.strip() for line in sys.stdin if line.strip()]
     if not inputs:
         raise InputError("no inputs: pass sentences or image files as arguments or on stdin")

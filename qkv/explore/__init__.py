@@ -15,7 +15,7 @@ import types
 
 from .build import explore, png_data_uri
 from .extract import decode_hypotheses, explorable_kind, teacher_forced_attention
-from .page import iframe_html, render_html, write_html
+from .page import check_page_path, iframe_html, render_html, write_html
 from .serve import PageServer, serve
 from .summaries import WEIGHT_SCALE, attention_rollout, head_summary, quantize
 
@@ -24,6 +24,7 @@ __all__ = [
     "render_html",
     "iframe_html",
     "write_html",
+    "check_page_path",
     "serve",
     "PageServer",
     "png_data_uri",

@@ -13,7 +13,7 @@ from qkv.errors import InputError
 
 from .build import FORMAT
 
-__all__ = ["render_html", "iframe_html", "write_html"]
+__all__ = ["render_html", "iframe_html", "write_html", "check_page_path"]
 
 
 def _asset(name: str) -> str:
@@ -49,12 +49,18 @@ def iframe_html(data: dict[str, Any], *, height: int = 900) -> str:
     )
 
 
-def write_html(data: dict[str, Any], path: str | Path) -> Path:
-    """Write the page to ``path`` (UTF-8); returns the path."""
+def check_page_path(path: str | Path) -> Path:
+    """Refuse, before any work, a destination that is not an .html file in a folder."""
     path = Path(path)
     if path.suffix.lower() not in (".html", ".htm"):
-        raise InputError(f"--out {str(path)!r} must be an .html file")
-    if not path.parent.exists():
+        raise InputError(f"the page goes to an .html file, not {str(path)!r}")
+    if not path.parent.is_dir():
         raise InputError(f"the folder {str(path.parent)!r} does not exist; create it first")
+    return path
+
+
+def write_html(data: dict[str, Any], path: str | Path) -> Path:
+    """Write the page to ``path`` (UTF-8); returns the path."""
+    path = check_page_path(path)
     path.write_text(render_html(data), encoding="utf-8")
     return path
