@@ -186,7 +186,7 @@
     for (let x = 0; x < 160; x++) { bar.fillStyle = css(colour(x / 159)); bar.fillRect(x, 0, 1, 10); }
   }
 
-  const short = (label) => (label.length > 14 ? label.slice(0, 13) + "\u2026" : label);
+  const short = (label, most = 14) => (label.length > most ? label.slice(0, most - 1) + "\u2026" : label);
 
   function describe(s) {
     const parts = [`entropy ${s.entropy} bits`];
@@ -228,6 +228,11 @@
       const caption = document.createElement("span");
       caption.textContent = item.caption;
       box.append(canvas, caption);
+      if (!multiHead() && v.output !== undefined) {
+        const text = document.createElement("span");
+        text.className = "stat"; text.textContent = short(v.output || "(empty)", 28); text.title = v.output;
+        box.append(text);
+      }
       if (multiHead()) {
         const stat = document.createElement("span");
         stat.className = "stat";
