@@ -228,6 +228,8 @@ def test_bad_inputs_fail_early_with_one_clear_error():
         explore(model, ["  "], tokenizer=tokenizer)
     with pytest.raises(InputError, match="positions reach 64"):
         explore(model, ["x" * 70], tokenizer=tokenizer)
+    with pytest.raises(InputError, match="at most 63 tokens"):
+        explore(model, ["the fox"], tokenizer=tokenizer, max_len=100)
     captioner, vocab = tiny_captioner()
     with pytest.raises(InputError, match=r"\[0, 1\]"):
         explore(captioner, [torch.full((3, 32, 32), 255.0)], tokenizer=vocab)

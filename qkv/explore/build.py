@@ -130,6 +130,11 @@ def _sentence_input(model, kind, item, index, *, tokenizer, beam, max_len, lengt
         max_len = int(1.5 * len(ids)) + 10
         if limit is not None:
             max_len = min(max_len, limit - 1)
+    elif limit is not None and max_len > limit - 1:
+        raise InputError(
+            f"max_len={max_len}: the model's positions reach {limit}, so at most "
+            f"{limit - 1} tokens can follow <s>"
+        )
     source = torch.tensor([ids], device=_device(model))
     hypotheses = decode_hypotheses(
         model, source, max_len=max_len, beam=beam, length_penalty=length_penalty
