@@ -298,3 +298,24 @@ def test_the_address_names_the_view_and_follows_it(browser, pages):
     }
     browser.execute_script("window.qkv.show({view: 'encoder', head: 'rollout'})")
     assert browser.execute_script("return location.hash").endswith("head=rollout&word=0")
+
+
+def test_the_notebook_frame_runs_the_same_page(browser, pages, tmp_path):
+    from qkv.explore import iframe_html
+
+    host = tmp_path / "notebook.html"
+    data = pages["data"]["rnn"]
+    host.write_text(f"<p>a notebook cell</p>{iframe_html(data, height=600)}", encoding="utf-8")
+    browser.get_log("browser")  # start from an empty console
+    browser.get(host.as_uri())
+    browser.switch_to.frame(browser.find_element("tag name", "iframe"))
+    try:
+        deadline = time.monotonic() + 10
+        while browser.execute_script("return document.body.dataset.ready") != "true":
+            assert time.monotonic() < deadline, "the framed page did not finish drawing"
+            time.sleep(0.05)
+        state = browser.execute_script("return window.qkv.show({view: 1})")
+        assert state["view"] == data["inputs"][0]["views"][1]["id"]
+        assert [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")] == []
+    finally:
+        browser.switch_to.default_content()

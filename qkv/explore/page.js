@@ -499,7 +499,11 @@
     Object.assign(state, next);
     render();
     const hash = Object.entries(current()).map(([k, value]) => `${k}=${encodeURIComponent(value)}`);
-    history.replaceState(null, "", "#" + hash.join("&")); // a link or a reload keeps the view
+    try {
+      history.replaceState(null, "", "#" + hash.join("&")); // a link or a reload keeps the view
+    } catch (error) {
+      // a page without an address of its own (an <iframe srcdoc> in a notebook) has no hash
+    }
     return current();
   }
 
