@@ -34,6 +34,17 @@ from .layers import (
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # qkv.explore (the attention explorer page) reads models, decoding and images: imported
+    # on first use, so that `import qkv` stays torch-only.
+    if name == "explore":
+        import importlib
+
+        return importlib.import_module(".explore", __name__)
+    raise AttributeError(f"module 'qkv' has no attribute {name!r}")
+
+
 __all__ = [
     "functional",
     "attention_with_weights",

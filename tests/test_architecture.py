@@ -21,6 +21,7 @@ LEVEL = {
     "evaluation": 4,
     "plotting": 4,
     "pretrained": 4,
+    "explore": 4.5,  # reads models, data, decoding; tasks (qkv attention) and cli import it
     "tasks": 5,
     "cli": 6,
 }

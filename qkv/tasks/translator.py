@@ -14,6 +14,7 @@ from ..data import BOS_ID, EOS_ID, PAD_ID, load_corpus, pad_sequences
 from ..data.tokenizers import Tokenizer
 from ..decoding import beam_search, greedy_search
 from ..evaluation import Scores, corpus_scores
+from ..explore import teacher_forced_attention
 from ..training import checkpoint_model_type, load_checkpoint
 
 __all__ = ["Translation", "Translator", "evaluate_translation"]
@@ -143,16 +144,12 @@ class Translator:
         models, (1, T, S) for single-head ones; row t is the step that produced token t."""
         source = pad_sequences(self.encode_sources([translation.source]), PAD_ID).to(self.device)
         target_input = torch.tensor([[BOS_ID, *translation.ids]], device=self.device)
-        output = self.model(source, target_input, need_weights=True)
-        if not output.attention or "cross" not in output.attention:
+        attention = teacher_forced_attention(self.model, source, target_input)
+        if "cross" not in attention:
             raise ValueError(
                 f"{type(self.model).__name__} has no cross-attention to show (the no-attention baseline?)"
             )
-        layers = []
-        for weights in output.attention["cross"]:
-            weights = weights[0]  # (H, T, S) or (T, S)
-            layers.append((weights if weights.dim() == 3 else weights[None]).float().cpu())
-        return layers
+        return attention["cross"]
 
 
 def evaluate_translation(

@@ -1,0 +1,90 @@
+"""`qkv explore`: one self-contained HTML page with every attention of a model on some
+inputs (sentences for a translator, pictures for a captioner), written and/or served."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXAMPLE = (
+    "\n\nexamples:\n"
+    '  qkv explore --checkpoint qkv-demo "Tuesday, March 3, 1998" "3/4/01" --out explore.html\n'
+    "  qkv explore --checkpoint qkv-demo-captioning scene1.png scene2.png --out explore.html\n"
+    "  cat sentences.txt | qkv explore --checkpoint runs/de-en --serve --port 8765"
+)
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    explore = commands.add_parser(
+        "explore",
+        help="write an interactive attention explorer (one offline HTML page)",
+        description="Decode each input and write one HTML page that shows the model's "
+        "attention: every layer and head of a Transformer (encoder, decoder, cross; mean over "
+        "heads; encoder rollout), an RNN's alignment for the greedy and every beam "
+        "hypothesis, a captioner's attention over the picture word by word. The page holds "
+        "its data, script and styles; it opens from disk and makes no network request. "
+        "docs/explorer.md is its manual." + EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    explore.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
+    explore.add_argument(
+        "inputs",
+        nargs="*",
+        help="sentences (translators) or image files (captioners); default: one per line on stdin",
+    )
+    explore.add_argument("--out", help="the HTML file to write (e.g. explore.html)")
+    explore.add_argument(
+        "--beam",
+        type=int,
+        default=4,
+        help="beam size (default: 4); an RNN or captioner page shows greedy and every beam "
+        "hypothesis, a Transformer page the best one; 1: greedy only",
+    )
+    explore.add_argument(
+        "--length-penalty", type=float, default=1.0, help="GNMT length penalty alpha (beam)"
+    )
+    explore.add_argument("--max-len", type=int, help="the most tokens to generate per input")
+    explore.add_argument("--device", default="cpu", help="cpu or cuda")
+    explore.add_argument(
+        "--serve",
+        action="store_true",
+        help="also serve the page on 127.0.0.1 and print its URL (Ctrl-C stops)",
+    )
+    explore.add_argument(
+        "--port", type=int, default=0, help="port for --serve (default: 0, any free port)"
+    )
+    explore.set_defaults(run=_explore)
+
+
+def _explore(args: argparse.Namespace) -> int:
+    from ..errors import InputError
+    from ..explore import check_page_path, explore, render_html, serve, write_html
+    from ..tasks import ImageCaptioner, Translator
+    from ..training import checkpoint_model_type
+
+    if not args.out and not args.serve:
+        raise InputError("say where the page goes: --out explore.html, or --serve, or both")
+    if args.out:
+        check_page_path(args.out)
+    if not 0 <= args.port <= 65535:
+        raise InputError(f"--port {args.port} must be between 0 (any free port) and 65535")
+    inputs = args.inputs or [line.strip() for line in sys.stdin if line.strip()]
+    if not inputs:
+        raise InputError("no inputs: pass sentences or image files as arguments or on stdin")
+    options = dict(beam=args.beam, length_penalty=args.length_penalty, max_len=args.max_len)
+    if checkpoint_model_type(args.checkpoint) == "captioner":
+        captioner = ImageCaptioner.from_checkpoint(args.checkpoint, device=args.device)
+        images = captioner.load_images(inputs)
+        names = [Path(path).name for path in inputs]
+        data = explore(captioner.model, images, tokenizer=captioner.vocab, names=names, **options)
+    else:
+        translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
+        data = explore(translator.model, inputs, tokenizer=translator.tokenizer, **options)
+    for page in data["inputs"]:
+        print(f"{page['name']} -> {page['output']}")
+    if args.out:
+        print(f"explorer: {write_html(data, args.out)}")
+    if args.serve:
+        serve(render_html(data), port=args.port)
+    return 0

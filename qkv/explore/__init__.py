@@ -1,0 +1,49 @@
+"""The attention explorer: a model's attention on some inputs as data (:func:`explore`), as
+one self-contained HTML page (:func:`render_html`), served locally (:func:`serve`).
+
+    import qkv
+    from qkv.explore import iframe_html, render_html
+    data = qkv.explore(model, ["the 3rd of March 1998"], tokenizer=tokenizer)
+    html = render_html(data)                    # one page: write it, open it from disk
+    IPython.display.HTML(iframe_html(data))     # in a notebook, no extension needed
+
+docs/explorer.md is the page's manual and the data's schema.
+"""
+
+import sys
+import types
+
+from .build import explore, png_data_uri
+from .extract import decode_hypotheses, explorable_kind, teacher_forced_attention
+from .page import check_page_path, iframe_html, render_html, write_html
+from .serve import PageServer, serve
+from .summaries import WEIGHT_SCALE, attention_rollout, head_summary, quantize
+
+__all__ = [
+    "explore",
+    "render_html",
+    "iframe_html",
+    "write_html",
+    "check_page_path",
+    "serve",
+    "PageServer",
+    "png_data_uri",
+    "teacher_forced_attention",
+    "decode_hypotheses",
+    "explorable_kind",
+    "attention_rollout",
+    "head_summary",
+    "quantize",
+    "WEIGHT_SCALE",
+]
+
+
+class _CallableModule(types.ModuleType):
+    """``qkv.explore(model, inputs, ...)`` is :func:`explore`, as the issue asks for, while
+    ``qkv.explore.render_html`` and the rest stay reachable as module attributes."""
+
+    def __call__(self, *args, **kwargs):
+        return explore(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,117 @@
+"""The explorer's views: each attention of one decoded input as labelled, rounded matrices
+with their per-head summaries (the ``views`` entries of the page's data)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from qkv.data import BOS_ID
+from qkv.errors import InputError
+
+from .extract import Decoded, teacher_forced_attention
+from .summaries import attention_rollout, head_summary, quantize
+
+__all__ = ["transformer_views", "alignment_view", "token_labels", "decoded_text"]
+
+VIEW_TITLES = {
+    "encoder": "encoder self-attention",
+    "decoder": "decoder self-attention",
+    "cross": "decoder \u2192 encoder cross-attention",
+}
+
+
+def transformer_views(model, source, best: Decoded, source_tokens, tokenizer) -> list[dict]:
+    """Encoder self-, decoder self- and cross-attention of every layer and head for one
+    hypothesis, with the encoder's rollout per layer.  Shapes: source (1, S) token ids."""
+    target_input = torch.tensor([[BOS_ID, *best.ids]], device=source.device)
+    attention = teacher_forced_attention(model, source, target_input)
+    inputs = ["<s>", *token_labels(tokenizer, best.ids)]
+    produced = [*inputs[1:], _end_label(best)]
+    sides = {
+        "encoder": (source_tokens, source_tokens, "source", "source"),
+        "decoder": (inputs, inputs, "target", "target"),
+        "cross": (produced, source_tokens, "target", "source"),
+    }
+    views = []
+    for name, (queries, keys, query_side, key_side) in sides.items():
+        layers = attention[name]
+        view = _view(name, VIEW_TITLES[name], queries, keys, query_side, key_side, layers)
+        if name == "encoder":
+            for layer, rollout in zip(view["layers"], attention_rollout(layers), strict=True):
+                layer["rollout"] = quantize(rollout)
+                layer["rollout_summary"] = head_summary(rollout, self_attention=True)
+        views.append(view)
+    return views
+
+
+def alignment_view(model, source, found: Decoded, key_tokens, tokenizer, kind="alignment"):
+    """One hypothesis: its (T, S) alignment from a teacher-forced pass with need_weights."""
+    target_input = torch.tensor([[BOS_ID, *found.ids]], device=source.device)
+    weights = teacher_forced_attention(model, source, target_input)["cross"]
+    produced = [*token_labels(tokenizer, found.ids), _end_label(found)]
+    title = f"{found.search}: score {found.score:.3f}"
+    view = _view(found.search, title, produced, key_tokens, "target", "source", weights)
+    view.update(
+        kind=kind,
+        output=decoded_text(tokenizer, found.ids),
+        score=found.score,
+        normalized_score=found.normalized_score,
+        finished=found.finished,
+    )
+    return view
+
+
+def _view(name, title, queries, keys, query_side, key_side, layers) -> dict[str, Any]:
+    self_attention = query_side == key_side
+    rows = []
+    for weights in layers:  # (H, Tq, Tk)
+        if weights.shape[1:] != (len(queries), len(keys)):
+            raise InputError(
+                f"{name}: weights of shape {tuple(weights.shape)} do not match "
+                f"{len(queries)} query and {len(keys)} key tokens"
+            )
+        rows.append(
+            {
+                "heads": [quantize(head) for head in weights],
+                "summaries": [head_summary(h, self_attention=self_attention) for h in weights],
+                "mean_summary": head_summary(weights.mean(0), self_attention=self_attention),
+            }
+        )
+    return {
+        "id": name,
+        "title": title,
+        "kind": "self" if self_attention else "cross",
+        "query_side": query_side,
+        "key_side": key_side,
+        "query_tokens": list(queries),
+        "key_tokens": list(keys),
+        "layers": rows,
+    }
+
+
+# -- labels ----------------------------------------------------------------------------------
+
+
+def token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
+    """Token strings: a Tokenizer's ``tokens(ids)``, or a word vocabulary's ``tokens`` list."""
+    tokens = getattr(tokenizer, "tokens", None)
+    if callable(tokens):
+        return list(tokens(ids))
+    if isinstance(tokens, Sequence):
+        return [tokens[i] if 0 <= i < len(tokens) else f"<{i}>" for i in ids]
+    return [str(i) for i in ids]
+
+
+def decoded_text(tokenizer, ids: Sequence[int]) -> str:
+    decoded = tokenizer.decode(ids) if callable(getattr(tokenizer, "decode", None)) else None
+    if isinstance(decoded, list):  # a word vocabulary decodes to words
+        return " ".join(decoded)
+    return decoded if isinstance(decoded, str) else " ".join(token_labels(tokenizer, ids))
+
+
+def _end_label(found: Decoded) -> str:
+    """What the last step predicted: </s>, or the next token of a hypothesis cut at max_len."""
+    return "</s>" if found.finished else "\u2026"
