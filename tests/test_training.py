@@ -337,7 +337,7 @@ def test_default_batches_come_from_the_token_batch_sampler(tmp_path):
 
 
 def test_a_loss_gone_to_nan_stops_training_before_any_checkpoint_is_written(tmp_path, monkeypatch):
-    import qkv.training.trainer as trainer_module
+    import qkv.training.step as step_module
 
     calls = []
 
@@ -346,7 +346,7 @@ def test_a_loss_gone_to_nan_stops_training_before_any_checkpoint_is_written(tmp_
         calls.append(1)
         return (loss_sum * float("nan") if len(calls) > 2 else loss_sum), tokens
 
-    monkeypatch.setattr(trainer_module, "sequence_loss", loss_that_explodes)
+    monkeypatch.setattr(step_module, "sequence_loss", loss_that_explodes)
     # step 3 goes to nan; it is noticed at the next log line or checkpoint (step 4)
     with pytest.raises(FloatingPointError, match="became nan by step 4"):
         small_run(tmp_path, max_steps=5, validate_every=2)

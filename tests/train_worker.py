@@ -1,7 +1,8 @@
 """A tiny model, data and sampler for the training tests, and a script that trains them.
 
-``python tests/train_worker.py OUT_DIR [--resume] [--max-steps N] [--delay SECONDS]`` trains the
-toy copy model in a fresh process (the kill -9 test runs it, kills it, and resumes it).
+``python tests/train_worker.py OUT_DIR [--resume] [--max-steps N]`` trains the toy copy model
+in a fresh process.  ``slow_copy_training`` and ``interruptible_copy_training`` are the bodies of
+the processes that the kill -9, signal and lock tests kill, interrupt or race;
 ``distributed_worker`` is the body of each process in the DDP equivalence test.
 """
 
@@ -24,6 +25,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from qkv.data.batch import BOS_ID, EOS_ID, PAD_ID, Batch, collate  # noqa: E402
 from qkv.models import Seq2SeqOutput, register_model  # noqa: E402
 from qkv.training import TrainConfig, seed_everything, train  # noqa: E402
+from qkv.training.signals import TrainingInterrupted  # noqa: E402
 
 FIRST_WORD = 4  # ids 0..3 are PAD, BOS, EOS, UNK
 
@@ -183,7 +185,20 @@ def slow_copy_training(out_dir: Path, max_steps: int) -> None:
     run_copy_training(out_dir, max_steps=max_steps)
 
 
-def distributed_worker(rank: int, world_size: int, port: int, out_dir: str, steps: int) -> None:
+def interruptible_copy_training(out_dir: Path, max_steps: int) -> None:
+    """``slow_copy_training`` as a command would run it: on SIGINT/SIGTERM, write the
+    message to ``out_dir/interrupted.txt`` and exit with the exception's exit code."""
+    try:
+        slow_copy_training(out_dir, max_steps)
+    except TrainingInterrupted as interrupted:
+        (Path(out_dir) / "interrupted.txt").write_text(str(interrupted))
+        sys.stdout.flush()
+        os._exit(interrupted.exit_code)
+
+
+def distributed_worker(
+    rank: int, world_size: int, port: int, out_dir: str, steps: int, device: str = "cpu"
+) -> None:
     """One DDP process: trains on ``rank``'s half of fixed batches and saves its parameters."""
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -202,7 +217,7 @@ def distributed_worker(rank: int, world_size: int, port: int, out_dir: str, step
         warmup_steps=1,
         epochs=None,
         max_steps=steps,
-        device="cpu",
+        device=device,
         validate_every=0,
         label_smoothing=0.1,
         clip_norm=0.5,
