@@ -21,20 +21,11 @@ from qkv.training.step import TrainStep
 from tests.train_worker import (
     FixedBatches,
     ToyConfig,
-    ToySampler,
     ToySeq2Seq,
     copy_data,
     parameters,
+    small_run,
 )
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 # ---------------------------------------------------------------------------- loop decisions
 
@@ -147,26 +138,6 @@ def test_train_with_accumulate_4_equals_train_with_the_4x_batch(tmp_path):
 # ---------------------------------------------------------------------------- resuming
 
 
-def run(out_dir: Path, *, resume=False, **fields):
-    """The toy copy model with dropout: 24 examples in 6 batches of 4 per epoch."""
-    seed_everything(1)
-    model = ToySeq2Seq(ToyConfig(dropout=0.2))
-    data = copy_data(24, seed=5)
-    options = dict(lr=1e-2, warmup_steps=2, epochs=None, validate_every=0, device="cpu")
-    config = TrainConfig(**{**options, **fields})
-    result = train(
-        model,
-        data,
-        copy_data(8, seed=6),
-        config,
-        out_dir,
-        resume=resume,
-        train_batches=ToySampler(len(data), 4, seed=config.seed),
-        valid_batches=FixedBatches([[0, 1, 2, 3]]),
-    )
-    return model, result
-
-
 def records(out_dir: Path, event: str) -> list[dict]:
     lines = (out_dir / "log.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r["event"] == event]
@@ -174,9 +145,9 @@ def records(out_dir: Path, event: str) -> list[dict]:
 
 def test_a_resumed_run_logs_the_same_averages_over_the_same_steps(tmp_path):
     # logs every 4 steps, checkpoints every 3: the checkpoint at 6 falls inside a log window
-    run(tmp_path / "whole", max_steps=12, log_every=4, validate_every=3)
-    run(tmp_path / "cut", max_steps=6, log_every=4, validate_every=3)
-    run(tmp_path / "cut", max_steps=12, log_every=4, validate_every=3, resume=True)
+    small_run(tmp_path / "whole", max_steps=12, log_every=4, validate_every=3)
+    small_run(tmp_path / "cut", max_steps=6, log_every=4, validate_every=3)
+    small_run(tmp_path / "cut", max_steps=12, log_every=4, validate_every=3, resume=True)
     whole, cut = records(tmp_path / "whole", "train"), records(tmp_path / "cut", "train")
     assert [r["step"] for r in cut] == [4, 8, 12]
     assert [(r["step"], r["loss"], r["lr"]) for r in cut] == [
@@ -187,9 +158,9 @@ def test_a_resumed_run_logs_the_same_averages_over_the_same_steps(tmp_path):
 def test_a_cosine_run_keeps_its_length_when_resumed_with_other_budgets(tmp_path, monkeypatch):
     cosine = dict(schedule="cosine", warmup_steps=1, min_lr=1e-3, log_every=1)
     # started for 4 steps, extended to 7: the decay ends at step 4, then min_lr
-    run(tmp_path / "short", max_steps=4, **cosine)
+    small_run(tmp_path / "short", max_steps=4, **cosine)
     with pytest.warns(UserWarning, match="ends at step 4"):
-        run(tmp_path / "short", max_steps=7, resume=True, **cosine)
+        small_run(tmp_path / "short", max_steps=7, resume=True, **cosine)
     rates = [r["lr"] for r in records(tmp_path / "short", "train")]
     # by hand: floor 0.1 of the peak; update s > 1 is at progress (s - 1) / 3 of the decay,
     # 0.1 + 0.9 * (1 + cos(pi * progress)) / 2 -> 1, 0.775, 0.325, 0.1; then the floor
@@ -197,14 +168,14 @@ def test_a_cosine_run_keeps_its_length_when_resumed_with_other_budgets(tmp_path,
 
     # started for 8 (as the whole run) and stopped early by the clock: resumed, it is the
     # whole run, learning rates and weights
-    whole, _ = run(tmp_path / "whole", max_steps=8, **cosine)
+    whole, _ = small_run(tmp_path / "whole", max_steps=8, **cosine)
     monkeypatch.setenv("QKV_TEST_DELAY", "0.02")  # each batch takes at least 20 ms
-    _, cut = run(tmp_path / "cut", max_steps=8, max_minutes=0.002, **cosine)
+    _, cut = small_run(tmp_path / "cut", max_steps=8, max_minutes=0.002, **cosine)
     assert cut.stop_reason == "max_minutes" and 1 <= cut.steps < 8
     monkeypatch.setenv("QKV_TEST_DELAY", "0")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # same length: nothing to warn about
-        resumed, result = run(tmp_path / "cut", max_steps=8, resume=True, **cosine)
+        resumed, result = small_run(tmp_path / "cut", max_steps=8, resume=True, **cosine)
     assert result.steps == 8
     for name, value in parameters(whole).items():
         assert torch.equal(value, parameters(resumed)[name]), name
@@ -212,14 +183,14 @@ def test_a_cosine_run_keeps_its_length_when_resumed_with_other_budgets(tmp_path,
         r["lr"] for r in records(tmp_path / "whole", "train")
     ]
     # a smaller budget than the steps done: nothing more to train, nothing rewritten
-    _, result = run(tmp_path / "cut", max_steps=5, resume=True, **cosine)
+    _, result = small_run(tmp_path / "cut", max_steps=5, resume=True, **cosine)
     assert result.steps == 8 and result.stop_reason == "max_steps"
 
 
 def test_max_minutes_counts_the_time_of_every_session(tmp_path, monkeypatch):
     monkeypatch.setenv("QKV_TEST_DELAY", "0.01")
-    _, first = run(tmp_path, max_steps=3)
+    _, first = small_run(tmp_path, max_steps=3)
     assert first.elapsed > 0.01
     # a budget shorter than the time already trained: resuming trains no step
-    _, again = run(tmp_path, max_steps=100, max_minutes=first.elapsed / 120, resume=True)
+    _, again = small_run(tmp_path, max_steps=100, max_minutes=first.elapsed / 120, resume=True)
     assert again.stop_reason == "max_minutes" and again.steps == 3

@@ -52,10 +52,6 @@ class RunLock:
             os.close(self._descriptor)  # closing drops the flock
             self._descriptor = None
 
-    @property
-    def held(self) -> bool:
-        return self._descriptor is not None
-
     def __enter__(self) -> RunLock:
         return self.acquire()
 
