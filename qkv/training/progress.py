@@ -87,10 +87,11 @@ class JsonLog:
         self.active = active
         if not active:
             return
-        if resume_step is None:
-            self.path.write_text("", encoding="utf-8")
-        else:
-            self._truncate_after(resume_step)
+        with disk_errors(self.path.parent, what=f"the training log {self.path}"):
+            if resume_step is None:
+                self.path.write_text("", encoding="utf-8")
+            else:
+                self._truncate_after(resume_step)
 
     def write(self, event: str, **fields: Any) -> None:
         if not self.active:

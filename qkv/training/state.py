@@ -14,6 +14,7 @@ import torch
 
 from ..data.batch import Batch
 from ..data.batching import TokenBatchSampler
+from ..errors import RunError
 from .checkpoint import read_pointer
 from .config import RESUME_MAY_CHANGE, TrainConfig
 
@@ -194,7 +195,7 @@ def check_resumable(
     if saved["world_size"] != world_size:
         differences.append(f"world_size {saved['world_size']} -> {world_size}")
     if differences:
-        raise ValueError(
+        raise RunError(
             f"cannot resume from {directory}: it was trained with a different "
             + "; ".join(differences)
             + " (start a new out_dir, or resume with the original settings)"

@@ -22,6 +22,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from ..data.batch import PAD_ID, Batch
+from ..errors import InputError
 from .config import TrainConfig
 from .distributed import DistributedContext
 from .loss import sequence_loss
@@ -55,7 +56,7 @@ class TrainStep:
         """Update once; returns this process's summed token loss (a detached 0-dim tensor on
         the device, so that the caller never waits for the device)."""
         if not micro_batches or global_tokens <= 0:
-            raise ValueError(
+            raise InputError(
                 f"a step needs batches with target tokens (got {len(micro_batches)} batches, "
                 f"{global_tokens} tokens)"
             )

@@ -24,6 +24,7 @@ from typing import Any
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ..errors import DataError, InputError
 from ..models.registry import model_type_of
 from .checkpoint import read_pointer
 from .config import TrainConfig
@@ -92,7 +93,7 @@ class Trainer:
             if data is not None and not isinstance(data, TrainingData):
                 raise TypeError(f"{name} needs len(), source_lengths, target_lengths, collate()")
         if valid_data is None and config.patience is not None:
-            raise ValueError(f"patience={config.patience} needs valid_data to validate on")
+            raise InputError(f"patience={config.patience} needs valid_data to validate on")
         self.model_type = model_type_of(model)  # refuses unregistered models early
         self.model, self.config, self.evaluate = model, config, evaluate
         self.train_data, self.valid_data = train_data, valid_data
@@ -128,7 +129,7 @@ class Trainer:
             self.valid_batches = default_batches(self.valid_data, config, 0, 1, shuffle=False)
         updates_per_epoch = math.ceil(len(self.train_batches.batches(0)) / config.accumulate)
         if updates_per_epoch == 0:
-            raise ValueError("the training data gives no batches; is it empty?")
+            raise DataError("the training data gives no batches; is it empty?")
         self.total_steps = total_steps(config, updates_per_epoch)
         self.state, self.optimizer, self.scheduler, resumed = start_or_resume(
             self.model,
