@@ -9,16 +9,14 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from qkv.training import TrainConfig, load_checkpoint, seed_everything, setup_distributed, train
+from qkv.training import load_checkpoint, setup_distributed
 from qkv.training.distributed import resolve_device
 from tests.train_worker import (
-    FixedBatches,
-    ToyConfig,
-    ToySeq2Seq,
     distributed_batches,
     distributed_data,
     distributed_worker,
     parameters,
+    single_process_reference,
 )
 
 
@@ -38,31 +36,7 @@ def test_two_processes_equal_one_process_with_the_concatenated_batches(tmp_path)
     # the ranks see different token counts, so averaging per-rank means would be wrong
     assert all(rank0 != rank1 for rank0, rank1 in tokens)
 
-    torch.set_num_threads(1)
-    seed_everything(0)
-    single = ToySeq2Seq(ToyConfig())
-    initial = parameters(single)
-    config = TrainConfig(
-        lr=1e-2,
-        warmup_steps=1,
-        epochs=None,
-        max_steps=steps,
-        device="cpu",
-        validate_every=0,
-        label_smoothing=0.1,
-        clip_norm=0.5,
-        log_every=1,
-    )
-    whole = FixedBatches([first + second for first, second in distributed_batches()])
-    result = train(
-        single,
-        data,
-        data,
-        config,
-        tmp_path / "single",
-        train_batches=whole,
-        valid_batches=FixedBatches([[0, 1, 2], [3, 4]]),
-    )
+    single, initial, result = single_process_reference(tmp_path / "single", steps)
 
     # fork: the children reuse this process's imports (torch alone takes seconds to import)
     port = free_port()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -29,6 +28,7 @@ from tests.train_worker import (
     ToySeq2Seq,
     copy_data,
     parameters,
+    small_run,
 )
 
 
@@ -141,26 +141,6 @@ def test_train_config_rejects_bad_values_by_name(fields, message):
 
 
 # ---------------------------------------------------------------------------- training
-
-
-def small_run(out_dir: Path, *, resume: bool = False, model_config=None, data=None, **fields):
-    """The toy copy model with dropout: 24 examples in 6 batches of 4 per epoch."""
-    seed_everything(1)
-    model = ToySeq2Seq(model_config or ToyConfig(dropout=0.2))
-    data = data or copy_data(24, seed=5)
-    options = dict(lr=1e-2, warmup_steps=2, epochs=None, validate_every=0, device="cpu")
-    config = TrainConfig(**{**options, **fields})
-    result = train(
-        model,
-        data,
-        copy_data(8, seed=6),
-        config,
-        out_dir,
-        resume=resume,
-        train_batches=ToySampler(len(data), 4, seed=config.seed),
-        valid_batches=FixedBatches([[0, 1, 2, 3], [4, 5, 6, 7]]),
-    )
-    return model, result
 
 
 def test_a_tiny_model_learns_to_copy(tmp_path):
@@ -337,7 +317,7 @@ def test_default_batches_come_from_the_token_batch_sampler(tmp_path):
 
 
 def test_a_loss_gone_to_nan_stops_training_before_any_checkpoint_is_written(tmp_path, monkeypatch):
-    import qkv.training.trainer as trainer_module
+    import qkv.training.step as step_module
 
     calls = []
 
@@ -346,7 +326,7 @@ def test_a_loss_gone_to_nan_stops_training_before_any_checkpoint_is_written(tmp_
         calls.append(1)
         return (loss_sum * float("nan") if len(calls) > 2 else loss_sum), tokens
 
-    monkeypatch.setattr(trainer_module, "sequence_loss", loss_that_explodes)
+    monkeypatch.setattr(step_module, "sequence_loss", loss_that_explodes)
     # step 3 goes to nan; it is noticed at the next log line or checkpoint (step 4)
     with pytest.raises(FloatingPointError, match="became nan by step 4"):
         small_run(tmp_path, max_steps=5, validate_every=2)

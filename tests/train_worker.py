@@ -1,7 +1,8 @@
 """A tiny model, data and sampler for the training tests, and a script that trains them.
 
-``python tests/train_worker.py OUT_DIR [--resume] [--max-steps N] [--delay SECONDS]`` trains the
-toy copy model in a fresh process (the kill -9 test runs it, kills it, and resumes it).
+``python tests/train_worker.py OUT_DIR [--resume] [--max-steps N]`` trains the toy copy model
+in a fresh process.  ``slow_copy_training`` and ``interruptible_copy_training`` are the bodies of
+the processes that the kill -9, signal and lock tests kill, interrupt or race;
 ``distributed_worker`` is the body of each process in the DDP equivalence test.
 """
 
@@ -24,6 +25,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from qkv.data.batch import BOS_ID, EOS_ID, PAD_ID, Batch, collate  # noqa: E402
 from qkv.models import Seq2SeqOutput, register_model  # noqa: E402
 from qkv.training import TrainConfig, seed_everything, train  # noqa: E402
+from qkv.training.signals import TrainingInterrupted  # noqa: E402
 
 FIRST_WORD = 4  # ids 0..3 are PAD, BOS, EOS, UNK
 
@@ -143,6 +145,28 @@ def parameters(model: nn.Module) -> dict[str, Tensor]:
     return {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
 
 
+def small_run(
+    out_dir: Path, *, resume: bool = False, model_config=None, data=None, init_seed=1, **fields
+):
+    """The toy copy model with dropout: 24 examples in 6 batches of 4 per epoch."""
+    seed_everything(init_seed)
+    model = ToySeq2Seq(model_config or ToyConfig(dropout=0.2))
+    data = data or copy_data(24, seed=5)
+    options = dict(lr=1e-2, warmup_steps=2, epochs=None, validate_every=0, device="cpu")
+    config = TrainConfig(**{**options, **fields})
+    result = train(
+        model,
+        data,
+        copy_data(8, seed=6),
+        config,
+        out_dir,
+        resume=resume,
+        train_batches=ToySampler(len(data), 4, seed=config.seed),
+        valid_batches=FixedBatches([[0, 1, 2, 3], [4, 5, 6, 7]]),
+    )
+    return model, result
+
+
 # -------------------------------------------------------------------- kill -9 / resume script
 
 WORKER_CONFIG = dict(
@@ -158,22 +182,9 @@ WORKER_CONFIG = dict(
 
 
 def run_copy_training(out_dir: Path, *, max_steps: int, resume: bool = False) -> nn.Module:
-    """The script's training: toy model with dropout, 6 batches per epoch."""
+    """The script's training: ``small_run`` validating every 3 steps, logging every step."""
     torch.set_num_threads(1)
-    seed_everything(11)
-    model = ToySeq2Seq(ToyConfig(dropout=0.2))
-    data = copy_data(24, seed=5)
-    config = TrainConfig(max_steps=max_steps, **WORKER_CONFIG)
-    train(
-        model,
-        data,
-        copy_data(8, seed=6),
-        config,
-        out_dir,
-        resume=resume,
-        train_batches=ToySampler(len(data), 4, seed=config.seed),
-        valid_batches=FixedBatches([[0, 1, 2, 3], [4, 5, 6, 7]]),
-    )
+    model, _ = small_run(out_dir, resume=resume, init_seed=11, max_steps=max_steps, **WORKER_CONFIG)
     return model
 
 
@@ -183,7 +194,20 @@ def slow_copy_training(out_dir: Path, max_steps: int) -> None:
     run_copy_training(out_dir, max_steps=max_steps)
 
 
-def distributed_worker(rank: int, world_size: int, port: int, out_dir: str, steps: int) -> None:
+def interruptible_copy_training(out_dir: Path, max_steps: int) -> None:
+    """``slow_copy_training`` as a command would run it: on SIGINT/SIGTERM, write the
+    message to ``out_dir/interrupted.txt`` and exit with the exception's exit code."""
+    try:
+        slow_copy_training(out_dir, max_steps)
+    except TrainingInterrupted as interrupted:
+        (Path(out_dir) / "interrupted.txt").write_text(str(interrupted))
+        sys.stdout.flush()
+        os._exit(interrupted.exit_code)
+
+
+def distributed_worker(
+    rank: int, world_size: int, port: int, out_dir: str, steps: int, device: str = "cpu"
+) -> None:
     """One DDP process: trains on ``rank``'s half of fixed batches and saves its parameters."""
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -197,17 +221,7 @@ def distributed_worker(rank: int, world_size: int, port: int, out_dir: str, step
     model = ToySeq2Seq(ToyConfig())
     data = distributed_data()
     halves = [half[rank] for half in distributed_batches()]
-    config = TrainConfig(
-        lr=1e-2,
-        warmup_steps=1,
-        epochs=None,
-        max_steps=steps,
-        device="cpu",
-        validate_every=0,
-        label_smoothing=0.1,
-        clip_norm=0.5,
-        log_every=1,
-    )
+    config = distributed_config(steps, device)
     train(
         model,
         data,
@@ -218,6 +232,40 @@ def distributed_worker(rank: int, world_size: int, port: int, out_dir: str, step
         valid_batches=FixedBatches([[0, 1, 2], [3, 4]]),
     )
     torch.save(parameters(model), Path(out_dir) / f"params-{rank}.pt")
+
+
+def single_process_reference(out_dir: Path, steps: int, device: str = "cpu"):
+    """What the DDP workers must equal: one process training on both ranks' batches.
+    Returns the model, its initial parameters and the TrainResult."""
+    torch.set_num_threads(1)
+    seed_everything(0)
+    model = ToySeq2Seq(ToyConfig())
+    initial = parameters(model)
+    data = distributed_data()
+    result = train(
+        model,
+        data,
+        data,
+        distributed_config(steps, device),
+        out_dir,
+        train_batches=FixedBatches([first + second for first, second in distributed_batches()]),
+        valid_batches=FixedBatches([[0, 1, 2], [3, 4]]),
+    )
+    return model, initial, result
+
+
+def distributed_config(steps: int, device: str) -> TrainConfig:
+    return TrainConfig(
+        lr=1e-2,
+        warmup_steps=1,
+        epochs=None,
+        max_steps=steps,
+        device=device,
+        validate_every=0,
+        label_smoothing=0.1,
+        clip_norm=0.5,
+        log_every=1,
+    )
 
 
 def distributed_data() -> ToyData:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 __all__ = ["TokenBatchSampler"]
 
@@ -19,7 +19,7 @@ class TokenBatchSampler:
        the chunks keep the epoch random;
     3. fill batches greedily along each sorted chunk, then shuffle the batch order.
 
-    The result depends only on ``(seed, epoch)``: call ``set_epoch`` before each epoch.
+    ``batches(epoch)`` depends only on ``(seed, epoch)``.
 
     Distributed training: every rank builds the same batch list, then rank ``r`` takes
     batches ``r, r + world_size, ...``, dropping the last incomplete round, so all ranks
@@ -56,12 +56,7 @@ class TokenBatchSampler:
         self.rank = rank
         self.world_size = world_size
         self.chunk_size = chunk_size
-        self.epoch = 0
         self._cache: tuple[int, list[list[int]]] | None = None
-
-    def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch whose batches ``__iter__`` and ``__len__`` refer to."""
-        self.epoch = epoch
 
     def _all_batches(self, epoch: int) -> list[list[int]]:
         """Every rank's batches of ``epoch``, before they are dealt out."""
@@ -89,7 +84,7 @@ class TokenBatchSampler:
         return batches
 
     def batches(self, epoch: int) -> list[list[int]]:
-        """This rank's batches for ``epoch``, in the order ``__iter__`` yields them."""
+        """This rank's batches for ``epoch``, in training order."""
         if self._cache is not None and self._cache[0] == epoch:
             return [list(batch) for batch in self._cache[1]]
         every = self._all_batches(epoch)
@@ -103,9 +98,3 @@ class TokenBatchSampler:
         mine = every[self.rank : rounds * self.world_size : self.world_size]
         self._cache = (epoch, mine)
         return [list(batch) for batch in mine]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.batches(self.epoch))
-
-    def __len__(self) -> int:
-        return len(self.batches(self.epoch))

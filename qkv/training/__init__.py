@@ -12,6 +12,7 @@ from .config import TrainConfig
 from .distributed import DistributedContext, setup_distributed
 from .loss import sequence_loss
 from .schedules import build_schedule, cosine_schedule, inverse_sqrt_schedule
+from .signals import TrainingInterrupted
 from .state import BatchSampler, TrainingData, seed_everything
 from .trainer import Trainer, TrainResult, train
 
@@ -20,6 +21,7 @@ __all__ = [
     "Trainer",
     "TrainResult",
     "train",
+    "TrainingInterrupted",
     "sequence_loss",
     "build_schedule",
     "inverse_sqrt_schedule",

@@ -14,12 +14,18 @@ A run directory looks like::
 
 A checkpoint directory is written whole under a temporary name and renamed into place; only
 then do the pointer files move to it (each replaced atomically), and only then are older
-directories pruned.  So ``last.json`` / ``best.json`` always name a complete checkpoint.
+directories pruned.  So ``last.json`` / ``best.json`` always name a complete checkpoint, and
+a write that fails (a full disk: RunError naming it) leaves the previous one as it was.
+
+Loading never runs code from the files: weights are safetensors, configs and pointers JSON,
+the trainer state ``torch.load(weights_only=True)``; a config is sized on the meta device
+before its model is built, and the weights' header is checked before they are read.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,11 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
+from ..errors import CheckpointError
 from ..models.registry import build_model, config_to_dict, model_type_of
-from .files import fsync_directory, fsync_tree, read_json, write_json_atomic
+from .files import disk_errors, fsync_directory, fsync_tree, read_json, write_json_atomic
+from .weights import MAX_PARAMETERS, count_parameters, load_weights, weights_for_saving
 
 __all__ = [
     "Checkpoint",
@@ -87,18 +95,23 @@ def save_checkpoint(
     final = parent / f"step-{step:06d}"
     if final.exists():
         if final.resolve() in _pointed_to(out_dir):
-            raise ValueError(f"refusing to overwrite {final}: a pointer in {out_dir} names it")
+            raise CheckpointError(f"refusing to overwrite {final}: a pointer in {out_dir} names it")
         shutil.rmtree(final)  # complete but unnamed: a crash hit between rename and pointer
     temporary = parent / f".tmp-step-{step:06d}-{os.getpid()}"
-    _write_directory(temporary, model, step, metadata, tokenizers, trainer_state)
-    os.replace(temporary, final)
-    fsync_directory(parent)
-    pointer = {"checkpoint": f"{CHECKPOINTS}/{final.name}", "step": step}
-    # last first: a crash between the two leaves best naming an older checkpoint, never
-    # best naming one that a resumed run (from last) would have to write again
-    write_json_atomic(out_dir / "last.json", pointer)
-    if best is not None:
-        write_json_atomic(out_dir / "best.json", {**best, **pointer})
+    with disk_errors(out_dir, what=f"checkpoint {final}"):
+        try:
+            _write_directory(temporary, model, step, metadata, tokenizers, trainer_state)
+        except BaseException:
+            shutil.rmtree(temporary, ignore_errors=True)  # give a full disk its space back
+            raise
+        os.replace(temporary, final)
+        fsync_directory(parent)
+        pointer = {"checkpoint": f"{CHECKPOINTS}/{final.name}", "step": step}
+        # last first: a crash between the two leaves best naming an older checkpoint, never
+        # best naming one that a resumed run (from last) would have to write again
+        write_json_atomic(out_dir / "last.json", pointer)
+        if best is not None:
+            write_json_atomic(out_dir / "best.json", {**best, **pointer})
     _prune(out_dir)
     return final
 
@@ -111,10 +124,10 @@ def read_pointer(out_dir: str | Path, name: str) -> Path | None:
         return None
     pointer = read_json(pointer_file, what="checkpoint pointer")
     if not isinstance(pointer, dict) or not isinstance(pointer.get("checkpoint"), str):
-        raise ValueError(f"checkpoint pointer {pointer_file} has no 'checkpoint' entry")
+        raise CheckpointError(f"checkpoint pointer {pointer_file} has no 'checkpoint' entry")
     directory = out_dir / pointer["checkpoint"]
     if not (directory / CONFIG_FILE).is_file():
-        raise ValueError(f"{pointer_file} names {directory}, which is not a checkpoint")
+        raise CheckpointError(f"{pointer_file} names {directory}, which is not a checkpoint")
     return directory
 
 
@@ -122,14 +135,14 @@ def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint directory from a run directory (its best, else its last) or itself."""
     path = Path(path)
     if not path.is_dir():
-        raise ValueError(f"checkpoint path {path} does not exist or is not a directory")
+        raise CheckpointError(f"checkpoint path {path} does not exist or is not a directory")
     if (path / CONFIG_FILE).is_file():
         return path
     for name in ("best", "last"):
         directory = read_pointer(path, name)
         if directory is not None:
             return directory
-    raise ValueError(
+    raise CheckpointError(
         f"{path} is neither a checkpoint (no {CONFIG_FILE}) nor a run directory "
         "(no best.json or last.json)"
     )
@@ -140,7 +153,9 @@ def checkpoint_model_type(path: str | Path) -> str:
     directory = resolve_checkpoint(path)
     config = read_json(directory / CONFIG_FILE, what="checkpoint config")
     if "model_type" not in config:
-        raise ValueError(f"checkpoint config {directory / CONFIG_FILE} has no 'model_type' entry")
+        raise CheckpointError(
+            f"checkpoint config {directory / CONFIG_FILE} has no 'model_type' entry"
+        )
     return str(config["model_type"])
 
 
@@ -150,25 +165,37 @@ def load_checkpoint(
     map_location: str | torch.device = "cpu",
     expect_type: str | None = None,
     load_tokenizers: bool = True,
+    max_parameters: int = MAX_PARAMETERS,
 ) -> Checkpoint:
     """Rebuild the model of a checkpoint (run directory or step directory) with its weights,
-    metadata and tokenizers.  ``expect_type`` refuses a checkpoint of another model type."""
+    metadata and tokenizers.  ``expect_type`` refuses a checkpoint of another model type;
+    a config asking for more than ``max_parameters`` parameters is refused before anything
+    is allocated."""
     directory = resolve_checkpoint(path)
     config = read_json(directory / CONFIG_FILE, what="checkpoint config")
     for key in ("model_type", "model"):
         if key not in config:
-            raise ValueError(f"checkpoint config {directory / CONFIG_FILE} has no {key!r} entry")
+            raise CheckpointError(
+                f"checkpoint config {directory / CONFIG_FILE} has no {key!r} entry"
+            )
     model_type = config["model_type"]
     if expect_type is not None and model_type != expect_type:
-        raise ValueError(
+        raise CheckpointError(
             f"{directory} holds a {model_type!r} model, not the {expect_type!r} expected"
         )
     try:
-        model = build_model(model_type, config["model"])
+        size = count_parameters(model_type, config["model"])
     except (TypeError, ValueError) as error:
-        raise ValueError(
+        raise CheckpointError(
             f"cannot rebuild the model of {directory / CONFIG_FILE}: {error}"
         ) from None
+    if size > max_parameters:
+        raise CheckpointError(
+            f"{directory / CONFIG_FILE} asks for a {model_type!r} model of {size:.3g} "
+            f"parameters, more than the {max_parameters:.3g} allowed; the config is corrupt or "
+            "not a qkv checkpoint (pass max_parameters to load a model that large)"
+        )
+    model = build_model(model_type, config["model"])
     load_weights(model, directory, map_location=map_location)
     model.eval()
     tokenizers = {}
@@ -188,44 +215,31 @@ def load_checkpoint(
     )
 
 
-def load_weights(
-    model: nn.Module, directory: str | Path, *, map_location: str | torch.device = "cpu"
-) -> None:
-    """Copy a checkpoint's weights into ``model`` (moved to ``map_location``), after checking
-    that every tensor name and shape matches."""
-    weights_file = Path(directory) / WEIGHTS_FILE
-    if not weights_file.is_file():
-        raise ValueError(f"checkpoint weights {weights_file} are missing")
-    device = str(torch.device(map_location))
-    try:
-        stored = load_file(str(weights_file), device=device)
-        aliases = _read_aliases(weights_file)
-    except Exception as error:  # safetensors raises its own error types for corrupt files
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ValueError(f"checkpoint weights {weights_file} are corrupt ({message})") from None
-    for alias, original in aliases.items():
-        stored[alias] = stored[original]
-    _check_matches(model, stored, weights_file)
-    model.to(device)
-    model.load_state_dict(stored, strict=True)
-
-
 def load_trainer_state(directory: str | Path, *, map_location: str | torch.device = "cpu") -> dict:
     state_file = Path(directory) / TRAINER_STATE_FILE
     if not state_file.is_file():
-        raise ValueError(f"trainer state {state_file} is missing; this checkpoint cannot resume")
+        raise CheckpointError(
+            f"trainer state {state_file} is missing; this checkpoint cannot resume"
+        )
     try:
         return torch.load(state_file, map_location=map_location, weights_only=True)
     except Exception as error:
-        raise ValueError(f"trainer state {state_file} is corrupt ({error})") from None
+        raise CheckpointError(f"trainer state {state_file} is corrupt ({error})") from None
 
 
 def _write_directory(directory, model, step, metadata, tokenizers, trainer_state) -> None:
     from .. import __version__
 
     directory.mkdir(parents=True)
-    tensors, aliases = _tensors_for_saving(model)
-    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"aliases": _encode(aliases)})
+    tensors, header_metadata = weights_for_saving(model)
+    try:
+        save_file(tensors, str(directory / WEIGHTS_FILE), metadata=header_metadata)
+    except Exception as error:  # safetensors reports I/O errors as its own type
+        found = re.search(r"os error (\d+)", str(error))
+        if found is None or isinstance(error, OSError):
+            raise
+        number = int(found.group(1))
+        raise OSError(number, os.strerror(number), str(directory / WEIGHTS_FILE)) from error
     tokenizer_files = {}
     for name, tokenizer in (tokenizers or {}).items():
         tokenizer_files[name] = f"tokenizer_{name}.json"
@@ -242,64 +256,6 @@ def _write_directory(directory, model, step, metadata, tokenizers, trainer_state
     if trainer_state is not None:
         torch.save(trainer_state, directory / TRAINER_STATE_FILE)
     fsync_tree(directory)
-
-
-def _tensors_for_saving(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """The state dict on CPU, each shared tensor (tied weights) stored once, the other names
-    kept as aliases: safetensors refuses tensors that share memory."""
-    tensors: dict[str, torch.Tensor] = {}
-    aliases: dict[str, str] = {}
-    seen: dict[tuple, str] = {}
-    for name, tensor in model.state_dict().items():
-        key = (
-            tensor.untyped_storage().data_ptr(),
-            tensor.storage_offset(),
-            tuple(tensor.shape),
-            tuple(tensor.stride()),
-            tensor.dtype,
-        )
-        if key in seen:
-            aliases[name] = seen[key]
-            continue
-        seen[key] = name
-        tensors[name] = tensor.detach().to("cpu").contiguous().clone()
-    return tensors, aliases
-
-
-def _encode(aliases: dict[str, str]) -> str:
-    return ";".join(f"{alias}={original}" for alias, original in aliases.items())
-
-
-def _read_aliases(weights_file: Path) -> dict[str, str]:
-    from safetensors import safe_open
-
-    with safe_open(str(weights_file), framework="pt") as handle:
-        text = (handle.metadata() or {}).get("aliases", "")
-    return dict(entry.split("=", 1) for entry in text.split(";") if entry)
-
-
-def _check_matches(model: nn.Module, stored: dict[str, torch.Tensor], weights_file: Path) -> None:
-    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    found = {name: tuple(t.shape) for name, t in stored.items()}
-    missing = sorted(set(expected) - set(found))
-    unexpected = sorted(set(found) - set(expected))
-    mismatched = [
-        f"{name} {found[name]} in the file vs {expected[name]} in the model"
-        for name in sorted(set(expected) & set(found))
-        if expected[name] != found[name]
-    ]
-    problems = []
-    if mismatched:
-        problems.append("shape mismatch: " + "; ".join(mismatched[:3]))
-    if missing:
-        problems.append(f"missing tensors {missing[:3]}")
-    if unexpected:
-        problems.append(f"unexpected tensors {unexpected[:3]}")
-    if problems:
-        raise ValueError(
-            f"weights {weights_file} do not match the model config beside them: "
-            + ", ".join(problems)
-        )
 
 
 def _pointed_to(out_dir: Path) -> set[Path]:

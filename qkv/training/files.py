@@ -7,12 +7,51 @@ file; after it, the new one.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["fsync_tree", "fsync_directory", "write_json_atomic", "write_text_atomic", "read_json"]
+from ..errors import RunError
+
+__all__ = [
+    "fsync_tree",
+    "fsync_directory",
+    "write_json_atomic",
+    "write_text_atomic",
+    "read_json",
+    "disk_errors",
+]
+
+#: A full disk, a full quota, a read-only filesystem: the place, not the program, is at fault.
+DISK_ERRORS = {
+    errno.ENOSPC: "is full",
+    errno.EDQUOT: "is over its quota",
+    errno.EROFS: "is read-only",
+}
+
+
+@contextmanager
+def disk_errors(path: Path, *, what: str) -> Iterator[None]:
+    """Turn a full, over-quota or read-only disk met while writing ``what`` under ``path``
+    into a RunError that names the disk, its free space and the fix."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in DISK_ERRORS:
+            raise
+        try:
+            free = f"{shutil.disk_usage(path).free / 2**20:.1f} MiB free"
+        except OSError:
+            free = "free space unknown"
+        raise RunError(
+            f"cannot write {what}: the disk holding {path} {DISK_ERRORS[error.errno]} "
+            f"({free}); free some space there (or choose another out_dir), then resume"
+        ) from error
 
 
 def fsync_directory(directory: Path) -> None:
@@ -42,10 +81,14 @@ def write_text_atomic(path: Path, text: str) -> None:
     """Replace ``path`` by ``text`` atomically."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # a full disk is not made fuller by leftovers
+        raise
     os.replace(temporary, path)
     fsync_directory(path.parent)
 

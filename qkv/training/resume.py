@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -10,13 +12,57 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from ..errors import RunError
 from ..models.registry import config_to_dict, model_type_of
 from .checkpoint import load_trainer_state, load_weights, read_pointer, save_checkpoint
 from .config import TrainConfig
 from .distributed import DistributedContext, all_gather_object, barrier
-from .state import TrainerState, capture_rng, check_resumable
+from .optimizer import make_optimizer
+from .schedules import build_schedule
+from .state import TrainerState, capture_rng, check_resumable, restore_rng, seed_everything
 
-__all__ = ["find_resume_point", "restore_run", "save_run"]
+__all__ = ["start_or_resume", "find_resume_point", "restore_run", "save_run", "schedule_length"]
+
+
+def start_or_resume(
+    model: nn.Module,
+    config: TrainConfig,
+    *,
+    out_dir: Path,
+    resume: bool,
+    total_steps: int | None,
+    fingerprint: str,
+    context: DistributedContext,
+) -> tuple[TrainerState, Optimizer, LRScheduler, bool]:
+    """The optimizer, schedule, progress and random state a run starts from: fresh (and
+    seeded), or exactly those its last checkpoint saved.  The last item: whether it resumed."""
+    resume_from = find_resume_point(out_dir, resume=resume, context=context)
+    saved = load_trainer_state(resume_from) if resume_from is not None else None
+    length = schedule_length(config, total_steps, saved)
+    optimizer = make_optimizer(model, config)
+    scheduler = build_schedule(
+        config.schedule,
+        optimizer,
+        warmup_steps=config.warmup_steps,
+        total_steps=length,
+        floor=config.min_lr / config.lr,
+    )
+    if saved is None:
+        seed_everything(config.seed + context.rank)  # dropout differs across ranks
+        return TrainerState(schedule_steps=length), optimizer, scheduler, False
+    state, rng = restore_run(
+        resume_from,
+        saved,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        config=config,
+        fingerprint=fingerprint,
+        context=context,
+    )
+    state.schedule_steps = length
+    restore_rng(rng[context.rank], context.device)
+    return state, optimizer, scheduler, True
 
 
 def find_resume_point(out_dir: Path, *, resume: bool, context: DistributedContext) -> Path | None:
@@ -27,12 +73,12 @@ def find_resume_point(out_dir: Path, *, resume: bool, context: DistributedContex
     barrier(context)
     last = read_pointer(out_dir, "last")
     if resume and last is None:
-        raise ValueError(
+        raise RunError(
             f"resume=True but {out_dir} has no checkpoint (no last.json); "
             "train without resume first"
         )
     if not resume and last is not None:
-        raise ValueError(
+        raise RunError(
             f"{out_dir} already holds a run (last.json names {last}); pass resume=True "
             "to continue it, or choose a new out_dir"
         )
@@ -41,6 +87,7 @@ def find_resume_point(out_dir: Path, *, resume: bool, context: DistributedContex
 
 def restore_run(
     directory: Path,
+    saved: dict[str, Any],
     *,
     model: nn.Module,
     optimizer: Optimizer,
@@ -49,9 +96,9 @@ def restore_run(
     fingerprint: str,
     context: DistributedContext,
 ) -> tuple[TrainerState, list[dict[str, Any]]]:
-    """Load weights, optimizer and schedule from ``directory`` after checking the run is the
-    same one; returns the progress and every rank's saved RNG states."""
-    saved = load_trainer_state(directory)  # on the CPU; the optimizer moves its state
+    """Load weights, optimizer and schedule from ``directory`` (whose trainer state is
+    ``saved``, see ``load_trainer_state``) after checking the run is the same one; returns
+    the progress and every rank's saved RNG states."""
     check_resumable(
         saved,
         model_type=model_type_of(model),
@@ -106,3 +153,21 @@ def save_run(
             best=best,
         )
     barrier(context)
+
+
+def schedule_length(
+    config: TrainConfig, total_steps: int | None, saved: dict[str, Any] | None
+) -> int | None:
+    """The learning-rate schedule's length: the budget's ``total_steps`` for a new run, the
+    length it started with for a resumed one, whatever its budgets are now (so the resumed
+    run's learning rates are the uninterrupted run's, step for step)."""
+    length = None if saved is None else saved["state"].get("schedule_steps")
+    if length is None:  # a new run (or a checkpoint written before lengths were saved)
+        return total_steps
+    if config.schedule == "cosine" and (total_steps or math.inf) > length:
+        warnings.warn(
+            f"the cosine schedule of this run ends at step {length} (fixed when it started); "
+            f"the steps after it train at min_lr={config.min_lr}",
+            stacklevel=3,
+        )
+    return length

@@ -14,6 +14,8 @@ import torch
 
 from ..data.batch import Batch
 from ..data.batching import TokenBatchSampler
+from ..errors import RunError
+from .checkpoint import read_pointer
 from .config import RESUME_MAY_CHANGE, TrainConfig
 
 __all__ = [
@@ -54,7 +56,10 @@ class BatchSampler(Protocol):
 @dataclass
 class TrainerState:
     """Progress of a run.  ``step`` counts optimizer updates; ``position`` counts the batches of
-    epoch ``epoch`` already consumed; ``bad_validations`` counts validations since the best."""
+    epoch ``epoch`` already consumed; ``bad_validations`` counts validations since the best;
+    ``schedule_steps`` is the learning-rate schedule's length, fixed when the run starts;
+    ``window_*`` is the log window in progress (summed loss and tokens over all processes,
+    training seconds), so that a resumed run logs the same averages as an uninterrupted one."""
 
     step: int = 0
     epoch: int = 0
@@ -65,6 +70,10 @@ class TrainerState:
     best_step: int | None = None
     bad_validations: int = 0
     last_saved_step: int = -1
+    schedule_steps: int | None = None
+    window_loss: float = 0.0
+    window_tokens: float = 0.0
+    window_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +103,30 @@ class TrainResult:
     best_step: int | None = None
     last_checkpoint: Path | None = None
     best_checkpoint: Path | None = None
+
+    @classmethod
+    def of(
+        cls,
+        state: TrainerState,
+        stop_reason: str,
+        elapsed: float,
+        train_loss: float | None,
+        valid: dict[str, float],
+        out_dir: Path,
+    ) -> TrainResult:
+        return cls(
+            steps=state.step,
+            epochs=state.epoch,
+            stop_reason=stop_reason,
+            elapsed=elapsed,
+            train_loss=train_loss,
+            valid=valid,
+            best_metric=state.best_metric,
+            best_value=state.best_value,
+            best_step=state.best_step,
+            last_checkpoint=read_pointer(out_dir, "last"),
+            best_checkpoint=read_pointer(out_dir, "best"),
+        )
 
 
 def seed_everything(seed: int) -> None:
@@ -162,7 +195,7 @@ def check_resumable(
     if saved["world_size"] != world_size:
         differences.append(f"world_size {saved['world_size']} -> {world_size}")
     if differences:
-        raise ValueError(
+        raise RunError(
             f"cannot resume from {directory}: it was trained with a different "
             + "; ".join(differences)
             + " (start a new out_dir, or resume with the original settings)"

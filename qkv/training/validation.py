@@ -3,19 +3,44 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 
 import torch
 from torch import nn
 
 from ..data.batch import PAD_ID
-from .distributed import DistributedContext, all_reduce_sum
+from .distributed import DistributedContext, all_reduce_sum, broadcast_object
 from .loss import sequence_loss
 from .state import BatchSampler, TrainerState, TrainingData
 
-__all__ = ["validation_loss", "choose_metric", "improves", "update_best"]
+__all__ = ["validate", "validation_loss", "choose_metric", "improves", "update_best"]
 
 #: Metrics where larger is better; every other metric (losses) is better when smaller.
 HIGHER_IS_BETTER = frozenset({"bleu", "chrf", "accuracy"})
+
+
+def validate(
+    model: nn.Module,
+    data: TrainingData,
+    batches: BatchSampler,
+    context: DistributedContext,
+    *,
+    evaluate: Callable[[nn.Module], Mapping[str, float]] | None,
+    autocast: AbstractContextManager,
+) -> dict[str, float]:
+    """Validation loss (all ranks) and the evaluate callback's metrics (rank 0), the same on
+    every rank; leaves the model in training mode."""
+    model.eval()
+    with torch.no_grad():
+        with autocast:
+            metrics = validation_loss(model, data, batches, context)
+        extra = {}
+        if evaluate is not None and context.is_main:
+            extra = {key: float(value) for key, value in evaluate(model).items()}
+    metrics.update(broadcast_object(extra, context))
+    model.train()
+    return metrics
 
 
 def validation_loss(
