@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from ..errors import InputError
 from .batch import Pair
 from .dates import dates_corpus
 from .ding import ding_de_en
@@ -74,7 +75,7 @@ def corpus_description(name: str) -> str:
 
 def _check_name(name: str) -> None:
     if name not in _CORPORA:
-        raise ValueError(
+        raise InputError(
             f"unknown corpus {name!r}: use one of {', '.join(_CORPORA)}, a path to a .tsv file "
             "(source<TAB>target lines), or two aligned text files as 'SOURCE_PATH,TARGET_PATH'"
         )
@@ -91,7 +92,7 @@ def load_corpus(name_or_path: str, split: str = "train") -> list[Pair]:
     returns all its pairs whatever ``split`` is.
     """
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        raise InputError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
     if name_or_path in _CORPORA:
         return _CORPORA[name_or_path][0](split)
     if not _looks_like_path(name_or_path):
@@ -100,13 +101,13 @@ def load_corpus(name_or_path: str, split: str = "train") -> list[Pair]:
     if "," in path:
         parts = path.split(",")
         if len(parts) != 2 or not all(parts):
-            raise ValueError(
+            raise InputError(
                 f"{name_or_path!r}: aligned files are given as 'SOURCE_PATH,TARGET_PATH' "
                 f"(exactly one comma), got {len(parts)} parts"
             )
         return read_parallel(parts[0], parts[1])
     if not path.endswith(".tsv"):
-        raise ValueError(
+        raise InputError(
             f"{name_or_path!r}: a single corpus file must be a .tsv file of source<TAB>target "
             "lines; give two aligned text files as 'SOURCE_PATH,TARGET_PATH'"
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from ..errors import DataError, MissingFileError
 from .batch import Pair
 
 __all__ = ["read_tsv", "read_parallel"]
@@ -25,13 +26,13 @@ def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
     path = os.fspath(path)
     if not os.path.isfile(path):
         what = "is a directory, not a file" if os.path.isdir(path) else "does not exist"
-        raise FileNotFoundError(f"corpus file {path!r} {what}")
+        raise MissingFileError(f"corpus file {path!r} {what}")
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise ValueError(
+                raise DataError(
                     f"{path}:{number}: not valid UTF-8 (byte {raw[error.start]:#04x} at column "
                     f"{error.start + 1}); re-encode the file as UTF-8, e.g. with iconv"
                 ) from None
@@ -52,19 +53,19 @@ def read_tsv(path: str | os.PathLike[str]) -> list[Pair]:
         tabs = line.count("\t")
         if tabs != 1:
             found = "a blank line" if not line.strip() else f"{tabs} TABs in {_preview(line)}"
-            raise ValueError(
+            raise DataError(
                 f"{os.fspath(path)}:{number}: expected 'source<TAB>target' with exactly one TAB, "
                 f"found {found}"
             )
         source, target = (side.strip() for side in line.split("\t"))
         for side, text in (("source", source), ("target", target)):
             if not text:
-                raise ValueError(
+                raise DataError(
                     f"{os.fspath(path)}:{number}: the {side} side is empty in {_preview(line)}"
                 )
         pairs.append(Pair(source, target))
     if not pairs:
-        raise ValueError(f"{os.fspath(path)} holds no lines; expected 'source<TAB>target' lines")
+        raise DataError(f"{os.fspath(path)} holds no lines; expected 'source<TAB>target' lines")
     return pairs
 
 
@@ -73,7 +74,7 @@ def _read_sentences(path: str | os.PathLike[str]) -> list[str]:
     for number, line in _lines(path):
         text = line.strip()
         if not text:
-            raise ValueError(
+            raise DataError(
                 f"{os.fspath(path)}:{number}: empty line; every line must hold one sentence "
                 "(aligned files cannot skip lines)"
             )
@@ -92,10 +93,10 @@ def read_parallel(
     sources = _read_sentences(source_path)
     targets = _read_sentences(target_path)
     if len(sources) != len(targets):
-        raise ValueError(
+        raise DataError(
             f"aligned files differ in length: {os.fspath(source_path)} has {len(sources)} lines, "
             f"{os.fspath(target_path)} has {len(targets)}"
         )
     if not sources:
-        raise ValueError(f"{os.fspath(source_path)} and {os.fspath(target_path)} are empty")
+        raise DataError(f"{os.fspath(source_path)} and {os.fspath(target_path)} are empty")
     return [Pair(source, target) for source, target in zip(sources, targets, strict=True)]
