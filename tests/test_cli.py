@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from qkv.cli.main import build_parser, main
+from qkv.tasks import Translator, score_translator
 
 COMMANDS = [
     ["demo"],
@@ -59,25 +60,47 @@ def test_train_writes_checkpoints_and_a_log(tiny_run):
     assert "train" in events and "valid" in events and events[-1] == "end"
 
 
-def test_translate_evaluate_and_attention_work_on_the_checkpoint(tiny_run, capsys, tmp_path):
-    root, out, _ = tiny_run
+def test_translate_prints_what_the_library_translates(tiny_run, capsys):
+    _, out, _ = tiny_run
     assert main(["translate", "--checkpoint", str(out), "abc", "abd", "--beam", "2"]) == 0
-    assert capsys.readouterr().out.count("\n") == 2  # one line per sentence (maybe empty: 4 steps)
-    evaluate = ["evaluate", "--checkpoint", str(out), "--data", str(root / "{split}.tsv")]
-    evaluate += ["--split", "valid", "--json"]
-    assert main(evaluate) == 0
-    scores = json.loads(capsys.readouterr().out)
-    assert {"bleu", "chrf", "exact_match", "signature"} <= set(scores)
-    assert main([*evaluate, "--by-length", "--beam", "1"]) == 0
-    by_length = json.loads(capsys.readouterr().out)["by_length"]
-    assert [b["label"] for b in by_length] == ["0-10", "11-20", "21-30", "31-40", "41+"]
-    assert by_length[0]["count"] > 0 and by_length[-1] == {"label": "41+", "count": 0, "bleu": None}
-    assert (
-        main(["attention", "--checkpoint", str(out), "abc", "--out", str(tmp_path / "a.png")]) == 0
+    printed = capsys.readouterr().out.split("\n")[:-1]
+    expected = Translator.from_checkpoint(out).translate(["abc", "abd"], beam=2)
+    assert printed == [t.text for t in expected]
+
+
+def test_evaluate_prints_the_librarys_scores_by_length(tiny_run, capsys):
+    root, out, _ = tiny_run
+    corpus = str(root / "{split}.tsv")
+    evaluate = ["evaluate", "--checkpoint", str(out), "--data", corpus, "--split", "valid"]
+    assert main([*evaluate, "--json", "--by-length", "--beam", "1"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    report = score_translator(
+        Translator.from_checkpoint(out), corpus, split="valid", beam=1, by_length=True
     )
-    assert (tmp_path / "a.png").stat().st_size > 1000
+    assert printed == json.loads(json.dumps(report.as_dict()))
+    assert printed["bleu"] == report.scores.bleu and printed["signature"]
+    # the four one-word validation sources all fall in the first bucket
+    assert [(b["label"], b["count"]) for b in printed["by_length"]] == [
+        ("0-10", 4), ("11-20", 0), ("21-30", 0), ("31-40", 0), ("41+", 0)
+    ]  # fmt: skip
+    assert printed["by_length"][-1]["bleu"] is None  # an empty bucket's NaN is JSON null
+    assert main(evaluate) == 0
+    text = capsys.readouterr().out
+    assert f"BLEU {report.scores.bleu:.2f}" in text and "exact match" in text
+
+
+def test_attention_and_curves_write_pictures(tiny_run, tmp_path, capsys):
+    from PIL import Image
+
+    _, out, _ = tiny_run
+    heatmap = tmp_path / "a.png"
+    assert main(["attention", "--checkpoint", str(out), "abc", "--out", str(heatmap)]) == 0
+    (translation,) = Translator.from_checkpoint(out).translate(["abc"])
+    assert capsys.readouterr().out.splitlines()[0] == f"abc -> {translation.text}"
     assert main(["curves", "--checkpoint", str(out), "--out", str(tmp_path / "c.png")]) == 0
-    assert (tmp_path / "c.png").stat().st_size > 1000
+    for picture in (heatmap, tmp_path / "c.png"):
+        with Image.open(picture) as image:
+            assert image.format == "PNG" and min(image.size) > 100
 
 
 def test_resume_continues_and_refuses_a_different_setup(tiny_run, capsys):
