@@ -14,7 +14,11 @@ from collections.abc import Iterator
 from ..errors import DataError, MissingFileError
 from .batch import Pair
 
-__all__ = ["read_tsv", "read_parallel"]
+__all__ = ["read_tsv", "read_parallel", "MAX_CORPUS_BYTES"]
+
+#: The largest corpus file read (its pairs are held in memory, several times the file's
+#: size); a larger one is refused before reading, with this limit named.
+MAX_CORPUS_BYTES = 2 * 1024**3
 
 
 def _preview(text: str, limit: int = 60) -> str:
@@ -27,6 +31,13 @@ def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
     if not os.path.isfile(path):
         what = "is a directory, not a file" if os.path.isdir(path) else "does not exist"
         raise MissingFileError(f"corpus file {path!r} {what}")
+    size = os.path.getsize(path)
+    if size > MAX_CORPUS_BYTES:
+        raise DataError(
+            f"corpus file {path} holds {size:,} bytes, over the {MAX_CORPUS_BYTES:,} that qkv "
+            "reads into memory; split it, or raise "
+            "qkv.data.readers.MAX_CORPUS_BYTES if the machine has the memory"
+        )
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             try:
@@ -36,6 +47,10 @@ def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
                     f"{path}:{number}: not valid UTF-8 (byte {raw[error.start]:#04x} at column "
                     f"{error.start + 1}); re-encode the file as UTF-8, e.g. with iconv"
                 ) from None
+            if "\x00" in line:
+                raise DataError(
+                    f"{path}:{number}: a NUL byte: this looks like a binary file, not UTF-8 text"
+                )
             if number == 1:
                 line = line.removeprefix("\ufeff")
             yield number, line.rstrip("\r\n")
@@ -45,8 +60,9 @@ def read_tsv(path: str | os.PathLike[str]) -> list[Pair]:
     """Read ``source<TAB>target`` lines (UTF-8) into pairs.
 
     Every line must hold exactly one TAB with text on both sides; a blank line, a line
-    without a TAB (or with several), or an empty side raises ValueError naming ``file:line``.
-    A missing file raises FileNotFoundError; an empty file raises ValueError.
+    without a TAB (or with several), or an empty side raises DataError naming ``file:line``.
+    A missing file raises MissingFileError (a FileNotFoundError); an empty, binary or
+    larger than ``MAX_CORPUS_BYTES`` file raises DataError.
     """
     pairs = []
     for number, line in _lines(path):
@@ -87,8 +103,8 @@ def read_parallel(
 ) -> list[Pair]:
     """Read two line-aligned UTF-8 text files (line i of one translates line i of the other).
 
-    An empty line raises ValueError naming ``file:line``; files with different numbers of
-    lines raise ValueError naming both counts. A missing file raises FileNotFoundError.
+    An empty line raises DataError naming ``file:line``; files with different numbers of
+    lines raise DataError naming both counts. A missing file raises MissingFileError.
     """
     sources = _read_sentences(source_path)
     targets = _read_sentences(target_path)
