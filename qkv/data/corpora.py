@@ -4,6 +4,7 @@
 
 - a built-in name (``available_corpora()``):
   ``dates`` (generated human-written dates -> ISO, char-level, no files),
+  ``lengths`` (generated sentences of 5-80 words for the length study, no files),
   ``ding-de-en`` (German -> English sentences, Debian ``trans-de-en``),
   ``bible-en-es`` (English -> Spanish Bible verses, Debian ``sword-text-kjv`` and
   ``sword-text-sparv``); each has fixed ``train``, ``valid`` and ``test`` splits;
@@ -25,6 +26,7 @@ from ..errors import InputError
 from .batch import Pair
 from .dates import dates_corpus
 from .ding import ding_de_en
+from .lengths import lengths_corpus
 from .readers import read_parallel, read_tsv
 
 __all__ = [
@@ -48,6 +50,12 @@ _CORPORA: dict[str, tuple[Callable[[str], list[Pair]], str]] = {
     "dates": (
         dates_corpus,
         "human-written dates -> ISO 8601 (generated; 20,000/1,000/1,000 pairs)",
+    ),
+    "lengths": (
+        lengths_corpus,
+        "a made-up language pair with 5-80-word sentences evenly over the length buckets, "
+        "a 500+ word lexicon, adjective-noun swap and verb-final clauses (generated; "
+        "20,000/500/1,000 pairs)",
     ),
     "ding-de-en": (
         ding_de_en,
