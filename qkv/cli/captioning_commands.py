@@ -14,7 +14,12 @@ from ..errors import CheckpointError, DataError, InputError
 from ..layers import available_scores
 from ..tasks.captioning import CaptioningSetup
 from ..tasks.captioning_recipe import CAPTIONING_TRAIN_DEFAULTS
-from .options import add_train_options, train_config_from, user_schedule_from
+from .options import (
+    add_train_options,
+    print_training_result,
+    train_config_from,
+    user_schedule_from,
+)
 
 __all__ = ["add_train_parser", "register", "evaluate_command", "attention_paths"]
 
@@ -22,6 +27,15 @@ EXAMPLE = "\n\nexample:\n  "
 
 #: Defaults of `qkv train captioning`: the library's own.
 SETUP = CaptioningSetup()
+#: (option, CaptioningSetup field, what it sets) of the captioner's sizes
+WIDTHS = [
+    ("--grid", "grid", "regions per side"),
+    ("--feature-dim", "feature_dim", "region feature width"),
+    ("--embedding-dim", "embedding_dim", "word embedding width"),
+    ("--hidden-dim", "hidden_dim", "LSTM width"),
+    ("--attention-dim", "attention_dim", "additive score width"),
+    ("--dropout", "dropout", "dropout before the output layer"),
+]
 
 
 def add_train_parser(tasks: argparse._SubParsersAction) -> None:
@@ -101,42 +115,13 @@ def add_train_parser(tasks: argparse._SubParsersAction) -> None:
     model.add_argument(
         "--pretrained-encoder", action="store_true", help="ImageNet weights for torchvision"
     )
-    model.add_argument(
-        "--grid",
-        type=int,
-        default=SETUP.grid,
-        help=f"regions per side (default: {SETUP.grid})",
-    )
-    model.add_argument(
-        "--feature-dim",
-        type=int,
-        default=SETUP.feature_dim,
-        help=f"region feature width (default: {SETUP.feature_dim})",
-    )
-    model.add_argument(
-        "--embedding-dim",
-        type=int,
-        default=SETUP.embedding_dim,
-        help=f"word embedding width (default: {SETUP.embedding_dim})",
-    )
-    model.add_argument(
-        "--hidden-dim",
-        type=int,
-        default=SETUP.hidden_dim,
-        help=f"LSTM width (default: {SETUP.hidden_dim})",
-    )
-    model.add_argument(
-        "--attention-dim",
-        type=int,
-        default=SETUP.attention_dim,
-        help=f"additive score width (default: {SETUP.attention_dim})",
-    )
-    model.add_argument(
-        "--dropout",
-        type=float,
-        default=SETUP.dropout,
-        help=f"before the output layer (default: {SETUP.dropout})",
-    )
+    for flag, field, what in WIDTHS:
+        model.add_argument(
+            flag,
+            type=float if field == "dropout" else int,
+            default=getattr(SETUP, field),
+            help=f"{what} (default: {getattr(SETUP, field)})",
+        )
     add_train_options(captioning)
     captioning.set_defaults(run=_train_captioning)
     _change_defaults(captioning, CAPTIONING_TRAIN_DEFAULTS)
@@ -218,16 +203,7 @@ def _train_captioning(args: argparse.Namespace) -> int:
         schedule=user_schedule_from(args),
         say=print,
     )
-    best = (
-        f", best {result.best_metric} {result.best_value:.4g} at step {result.best_step}"
-        if result.best_metric
-        else ""
-    )
-    print(
-        f"done: {result.steps} steps, {result.epochs} epochs, {result.elapsed:.0f} s, "
-        f"stopped by {result.stop_reason}{best}"
-    )
-    print(f"checkpoint: {args.out}")
+    print_training_result(result, args.out)
     return 0
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ..errors import QkvError
-from . import captioning_commands, curve_commands, translation_commands
+from . import captioning_commands, curve_commands, demo_commands, translation_commands
 
 __all__ = ["main", "build_parser", "exit_code_for"]
 
@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
+    demo_commands.register(commands)
     translation_commands.register(commands)
     captioning_commands.register(commands)
     curve_commands.register(commands)

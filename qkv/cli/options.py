@@ -7,7 +7,7 @@ import argparse
 import torch
 
 from ..errors import InputError
-from ..training import TrainConfig
+from ..training import TrainConfig, TrainResult
 from ..training.recipes import RECIPES, WARMUP_FRACTION, UserSchedule
 
 _DEFAULTS = TrainConfig()
@@ -149,3 +149,15 @@ def train_config_from(args: argparse.Namespace) -> TrainConfig:
 def user_schedule_from(args: argparse.Namespace) -> UserSchedule:
     """The learning rate, warm-up and batch tokens the user gave (None: the recipe's)."""
     return UserSchedule(lr=args.lr, warmup_steps=args.warmup_steps, max_tokens=args.max_tokens)
+
+
+def print_training_result(result: TrainResult, out: str) -> None:
+    """The two lines every `qkv train` ends with: what the run did, and where it is."""
+    best = ""
+    if result.best_metric:
+        best = f", best {result.best_metric} {result.best_value:.4g} at step {result.best_step}"
+    print(
+        f"done: {result.steps} steps, {result.epochs} epochs, {result.elapsed:.0f} s, "
+        f"stopped by {result.stop_reason}{best}"
+    )
+    print(f"checkpoint: {out}")

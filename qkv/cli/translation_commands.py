@@ -1,4 +1,4 @@
-"""Subcommands for translation: demo, train translation, translate, evaluate, attention."""
+"""Subcommands for translation: train translation, translate, evaluate, attention."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ from ..data import SPLITS
 from ..errors import CheckpointError, InputError
 from ..layers import available_scores
 from ..tasks.translation import MODEL_BUILDERS, SIZES, TranslationSetup
-from .options import add_train_options, train_config_from, user_schedule_from
+from .options import (
+    add_train_options,
+    print_training_result,
+    train_config_from,
+    user_schedule_from,
+)
 
 #: Defaults of `qkv train translation`: the library's own.
 SETUP = TranslationSetup()
@@ -20,29 +25,6 @@ EXAMPLE = "\n\nexample:\n  "
 
 def register(commands: argparse._SubParsersAction) -> None:
     raw = argparse.RawDescriptionHelpFormatter
-
-    demo = commands.add_parser(
-        "demo",
-        help="train a small Transformer on generated dates and show its attention (~4 min on a CPU)",
-        description="The main job on the built-in data: trains a small Transformer to turn "
-        "human-written dates into ISO dates, prints translations and test exact-match "
-        "accuracy, and writes cross-attention heatmaps (PNG)."
-        + EXAMPLE
-        + "qkv demo --out qkv-demo",
-        formatter_class=raw,
-    )
-    demo.add_argument(
-        "part",
-        nargs="?",
-        default="translation",
-        choices=["translation", "captioning"],
-        help="translation (default): dates -> ISO dates with a Transformer; "
-        "captioning: a captioner on generated scenes",
-    )
-    demo.add_argument(
-        "--out", help="folder for checkpoints and pictures (default: qkv-demo, qkv-demo-captioning)"
-    )
-    demo.set_defaults(run=_demo)
 
     train = commands.add_parser("train", help="train a model (translation or captioning)")
     tasks = train.add_subparsers(dest="task", metavar="TASK")
@@ -184,18 +166,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     attention.set_defaults(run=_attention)
 
 
-def _demo(args: argparse.Namespace) -> int:
-    if args.part == "captioning":
-        from ..tasks import demo_captioning
-
-        demo_captioning(args.out or "qkv-demo-captioning")
-        return 0
-    from ..tasks import run_demo
-
-    run_demo(args.out or "qkv-demo")
-    return 0
-
-
 def _train_translation(args: argparse.Namespace) -> int:
     from ..tasks import TranslationSetup, train_translation
 
@@ -219,15 +189,7 @@ def _train_translation(args: argparse.Namespace) -> int:
         schedule=user_schedule_from(args),
         say=print,
     )
-    best = (
-        f", best {result.best_metric} {result.best_value:.4g} at step {result.best_step}"
-        if result.best_metric
-        else ""
-    )
-    print(
-        f"done: {result.steps} steps, {result.epochs} epochs, {result.elapsed:.0f} s, stopped by {result.stop_reason}{best}"
-    )
-    print(f"checkpoint: {args.out}")
+    print_training_result(result, args.out)
     return 0
 
 
