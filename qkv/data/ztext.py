@@ -41,6 +41,10 @@ def _read_index(path: Path, record: struct.Struct, what: str) -> list[tuple[int,
     return [record.unpack_from(data, start) for start in range(0, len(data), record.size)]
 
 
+#: The largest decompressed block read (SWORD writes blocks of a few KiB to a few hundred).
+MAX_BLOCK_BYTES = 16 * 1024**2
+
+
 class _BlockStore:
     """The ``.bzz`` blocks of one testament, each decompressed once, on first use."""
 
@@ -58,8 +62,14 @@ class _BlockStore:
                     f"block {number} of {self.path} runs past the end of the file "
                     f"(offset {offset} + size {compressed} > {len(self.data)} bytes)"
                 )
-            try:
-                raw = zlib.decompress(self.data[offset : offset + compressed])
+            if uncompressed > MAX_BLOCK_BYTES:
+                raise DataError(
+                    f"block {number} of {self.path} claims {uncompressed:,} bytes uncompressed, "
+                    f"over the {MAX_BLOCK_BYTES:,} a SWORD block holds: a damaged module?"
+                )
+            try:  # never inflate past what the index promises (a zlib bomb stops there)
+                inflater = zlib.decompressobj()
+                raw = inflater.decompress(self.data[offset : offset + compressed], uncompressed + 1)
             except zlib.error as error:
                 raise DataError(
                     f"bad zlib data in block {number} of {self.path}: {error}"
@@ -76,8 +86,9 @@ class _BlockStore:
 def read_ztext(module_dir: str | Path, testament: str) -> list[str]:
     """Every entry of one testament of a zText module, as raw OSIS markup ("" where empty).
 
-    Raises FileNotFoundError when the module's files are missing, and ValueError naming
-    the file when an index is truncated, points outside its data, or a block is not zlib.
+    Raises MissingFileError when the module's files are missing, and DataError naming
+    the file when an index is truncated, points outside its data, a block is not zlib or
+    inflates to another size than its index says (checked before inflating).
     """
     if testament not in TESTAMENTS:
         raise InputError(f"testament={testament!r} must be one of {TESTAMENTS}")
