@@ -13,9 +13,9 @@ from ..training.recipes import RECIPES, WARMUP_FRACTION, UserSchedule
 _DEFAULTS = TrainConfig()
 
 
-def _recipe_examples() -> str:
+def _recipe_examples(field: str) -> str:
     return ", ".join(
-        f"{family} {size}: {recipe.lr:g}" for (family, size), recipe in RECIPES.items()
+        f"{family} {size}: {getattr(recipe, field):g}" for (family, size), recipe in RECIPES.items()
     )
 
 
@@ -48,7 +48,7 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
         "--lr",
         type=float,
         help="peak learning rate (default: the recipe of the model family and size, e.g. "
-        f"{_recipe_examples()})",
+        f"{_recipe_examples('lr')})",
     )
     group.add_argument(
         "--schedule",
@@ -84,8 +84,8 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-tokens",
         type=int,
-        help="tokens per batch, padding included (default: the recipe's: 1024 for small "
-        "models, 4096 for larger ones)",
+        help="tokens per batch, padding included (default: the recipe's, e.g. "
+        f"{_recipe_examples('max_tokens')})",
     )
     group.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     group.add_argument(

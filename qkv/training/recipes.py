@@ -66,7 +66,7 @@ class Recipe:
 #: "captioner" (size "default").  Small sizes: measured on `dates` and the scenes (see
 #: docs/results.md, "Defaults that learn"); base: the papers' settings (Vaswani et al. 2017).
 RECIPES: dict[tuple[str, str], Recipe] = {
-    ("transformer", "small"): Recipe(lr=3e-3, warmup_steps=200, max_tokens=1024),
+    ("transformer", "small"): Recipe(lr=3e-3, warmup_steps=200, max_tokens=512),
     ("transformer", "medium"): Recipe(lr=1e-3, warmup_steps=1000, max_tokens=4096),
     ("transformer", "base"): Recipe(lr=5e-4, warmup_steps=4000, max_tokens=4096),
     ("rnn", "small"): Recipe(lr=3e-3, warmup_steps=100, max_tokens=1024),
