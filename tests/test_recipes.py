@@ -26,19 +26,19 @@ from qkv.training.recipes import (
 RECIPE = Recipe(lr=3e-3, warmup_steps=200, max_tokens=1024)
 
 
-def test_a_short_run_warms_up_over_a_tenth_of_its_steps():
+def test_a_short_run_warms_up_over_a_fifth_of_its_steps():
     chosen = choose_schedule(RECIPE, UserSchedule(), planned=300)
-    assert chosen.warmup_steps == 30 == math.ceil(WARMUP_FRACTION * 300)
+    assert chosen.warmup_steps == 60 == math.ceil(WARMUP_FRACTION * 300)
     assert (chosen.lr, chosen.max_tokens) == (3e-3, 1024)
-    assert "10% of ~300 planned steps" in chosen.reason
+    assert "20% of ~300 planned steps" in chosen.reason
 
 
 def test_a_long_or_unknown_run_keeps_the_recipes_warm_up():
     assert choose_schedule(RECIPE, UserSchedule(), planned=100_000).warmup_steps == 200
     assert choose_schedule(RECIPE, UserSchedule(), planned=None).warmup_steps == 200
     # the cut starts exactly where a tenth of the run is shorter than the recipe's warm-up
-    assert choose_schedule(RECIPE, UserSchedule(), planned=2000).warmup_steps == 200
-    assert choose_schedule(RECIPE, UserSchedule(), planned=1990).warmup_steps == 199
+    assert choose_schedule(RECIPE, UserSchedule(), planned=1000).warmup_steps == 200
+    assert choose_schedule(RECIPE, UserSchedule(), planned=995).warmup_steps == 199
 
 
 def test_what_the_user_gives_wins():
@@ -47,7 +47,7 @@ def test_what_the_user_gives_wins():
     assert (chosen.lr, chosen.warmup_steps, chosen.max_tokens) == (0.01, 7, 333)
     assert chosen.reason == "lr given, warm-up given"
     only_lr = choose_schedule(RECIPE, UserSchedule(lr=0.5), planned=300)
-    assert (only_lr.lr, only_lr.warmup_steps) == (0.5, 30)
+    assert (only_lr.lr, only_lr.warmup_steps) == (0.5, 60)
 
 
 def test_planned_steps_is_the_smallest_budget():
@@ -107,16 +107,16 @@ def test_the_cli_fits_the_schedule_to_the_run_and_records_it(corpus, tmp_path, c
         _train(corpus, out, "--max-steps", "20", "--epochs", "0", "--model", "rnn-attention") == 0
     )
     said = capsys.readouterr().out
-    assert "schedule: peak lr 0.003, 2 warm-up steps, batches of 1024 tokens" in said
+    assert "schedule: peak lr 0.003, 4 warm-up steps, batches of 1024 tokens" in said
     saved = load_trainer_state(out / "checkpoints" / "step-000020")["train_config"]
-    assert (saved["lr"], saved["warmup_steps"], saved["max_tokens"]) == (3e-3, 2, 1024)
+    assert (saved["lr"], saved["warmup_steps"], saved["max_tokens"]) == (3e-3, 4, 1024)
     metadata = load_checkpoint(out).metadata["schedule"]
-    assert metadata["warmup_steps"] == 2 and "10% of ~20 planned steps" in metadata["reason"]
+    assert metadata["warmup_steps"] == 4 and "20% of ~20 planned steps" in metadata["reason"]
     # resumed with a larger budget: the run keeps the values it started with
     resumed = ["--max-steps", "30", "--epochs", "0", "--model", "rnn-attention", "--resume"]
     assert _train(corpus, out, *resumed) == 0
     saved = load_trainer_state(out / "checkpoints" / "step-000030")["train_config"]
-    assert (saved["lr"], saved["warmup_steps"]) == (3e-3, 2)
+    assert (saved["lr"], saved["warmup_steps"]) == (3e-3, 4)
 
 
 def test_explicit_values_win_through_the_cli(corpus, tmp_path, capsys):

@@ -47,8 +47,12 @@ __all__ = [
     "resumed_schedule",
 ]
 
-#: The warm-up is at most this fraction of the planned steps.
-WARMUP_FRACTION = 0.1
+#: The warm-up is at most this fraction of the planned steps.  After warm-up the inverse
+#: square root schedule decays from the peak as sqrt(warm-up / step), so a warm-up too
+#: short for the run decays early: on `dates` for 5 minutes (loaded machine), the RNN with
+#: Luong's score reached 98 % valid exact match with 60 warm-up steps of 346 and 88 % with
+#: 18 of 232; a fifth of the run keeps the rate within about half of its peak.
+WARMUP_FRACTION = 0.2
 
 
 @dataclass(frozen=True)
