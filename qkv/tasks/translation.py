@@ -25,12 +25,12 @@ from ..data import (
     training_texts,
 )
 from ..data.tokenizers import Tokenizer
-from ..errors import DataError, InputError, RunError
+from ..errors import CheckpointError, DataError, InputError, RunError
 from ..models import RNNConfig, TransformerConfig, build_model
 from ..training import TrainConfig, TrainResult, load_checkpoint, read_pointer, train
 from ..training.recipes import UserSchedule, fit_train_config, recipe_for, resumed_schedule
 from ..training.state import default_batches
-from .translator import Translator
+from .translator import Translator, reading_errors
 
 __all__ = ["TranslationSetup", "MODEL_BUILDERS", "build_translation_model", "train_translation"]
 
@@ -186,9 +186,9 @@ def train_translation(
     continues exactly where it stopped; a different setup is refused by the trainer.
 
     ``schedule`` None trains with ``config`` as it is.  A :class:`UserSchedule` lets the
-    recipe of the model family and size (``qkv.training.recipes``) choose the learning rate
-    and warm-up for this run's budget, except the values the user gave; a resumed run keeps
-    the values it started with.  The choice is recorded in the checkpoint's metadata
+    recipe of the model family and size (``qkv.training.recipes``) choose the learning rate,
+    warm-up and batch tokens for this run's budget, except the values the user gave; a
+    resumed run keeps the values it started with.  The choice is recorded in the checkpoint's metadata
     (``"schedule"``) and, when ``say`` is given, told in one line."""
     last = read_pointer(out_dir, "last")
     if not resume and last is not None:
@@ -202,7 +202,8 @@ def train_translation(
             raise RunError(
                 f"--resume: {out_dir} has no checkpoint to resume from; drop --resume to start"
             )
-        previous = load_checkpoint(out_dir, load_tokenizers=True)
+        with reading_errors(CheckpointError):
+            previous = load_checkpoint(out_dir, load_tokenizers=True)
         tokenizer = previous.tokenizers[TOKENIZER_FILE]
     else:
         tokenizer = _tokenizer(setup, train_pairs)
