@@ -51,12 +51,6 @@ _CORPORA: dict[str, tuple[Callable[[str], list[Pair]], str]] = {
         dates_corpus,
         "human-written dates -> ISO 8601 (generated; 20,000/1,000/1,000 pairs)",
     ),
-    "lengths": (
-        lengths_corpus,
-        "a made-up language pair with 5-80-word sentences evenly over the length buckets, "
-        "a 500+ word lexicon, adjective-noun swap and verb-final clauses (generated; "
-        "20,000/500/1,000 pairs)",
-    ),
     "ding-de-en": (
         ding_de_en,
         "German -> English example sentences of the Ding dictionary (about 18.6k pairs; "
@@ -66,6 +60,12 @@ _CORPORA: dict[str, tuple[Callable[[str], list[Pair]], str]] = {
         _load_bible,
         "English (KJV) -> Spanish (Reina-Valera 1909) Bible verses (about 31k pairs; "
         "apt-get install sword-text-kjv sword-text-sparv)",
+    ),
+    "lengths": (
+        lengths_corpus,
+        "a made-up language pair with 5-80-word sentences evenly over the length buckets, "
+        "a 500+ word lexicon, adjective-noun swap and verb-final clauses (generated; "
+        "20,000/500/1,000 pairs)",
     ),
 }
 
