@@ -136,3 +136,17 @@ def test_a_clock_budget_is_timed_before_the_run(corpus, tmp_path, capsys):
     assert "steps/s measured" in said
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert log[-1]["event"] == "end"
+
+
+def test_captioning_takes_the_captioners_recipe(tmp_path, capsys):
+    out = tmp_path / "cap"
+    argv = ["train", "captioning", "--data", "shapes", "--out", str(out), "--train-size", "8"]
+    argv += ["--valid-size", "2", "--image-size", "32", "--grid", "4", "--min-count", "1"]
+    for flag in ("--feature-dim", "--embedding-dim", "--hidden-dim", "--attention-dim"):
+        argv += [flag, "8"]
+    argv += ["--max-steps", "10", "--epochs", "0", "--threads", "1", "--device", "cpu"]
+    assert main(argv) == 0
+    assert "peak lr 0.002, 2 warm-up steps, batches of 2048 tokens" in capsys.readouterr().out
+    saved = load_trainer_state(out / "checkpoints" / "step-000010")["train_config"]
+    assert (saved["lr"], saved["warmup_steps"], saved["max_tokens"]) == (2e-3, 2, 2048)
+    assert (saved["label_smoothing"], saved["validate_every"]) == (0.0, 500)

@@ -14,12 +14,7 @@ from ..errors import CheckpointError, DataError, InputError
 from ..layers import available_scores
 from ..tasks.captioning import CaptioningSetup
 from ..tasks.captioning_recipe import CAPTIONING_TRAIN_DEFAULTS
-from .options import (
-    add_train_options,
-    print_training_result,
-    train_config_from,
-    user_schedule_from,
-)
+from .options import add_train_options, run_training
 
 __all__ = ["add_train_parser", "register", "evaluate_command", "attention_paths"]
 
@@ -195,16 +190,7 @@ def _train_captioning(args: argparse.Namespace) -> int:
         attention_dim=args.attention_dim,
         dropout=args.dropout,
     )
-    result = train_captioning_with_recipe(
-        setup,
-        train_config_from(args),
-        args.out,
-        resume=args.resume,
-        schedule=user_schedule_from(args),
-        say=print,
-    )
-    print_training_result(result, args.out)
-    return 0
+    return run_training(train_captioning_with_recipe, setup, args)
 
 
 def _caption(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import torch
 
@@ -151,8 +152,17 @@ def user_schedule_from(args: argparse.Namespace) -> UserSchedule:
     return UserSchedule(lr=args.lr, warmup_steps=args.warmup_steps, max_tokens=args.max_tokens)
 
 
-def print_training_result(result: TrainResult, out: str) -> None:
-    """The two lines every `qkv train` ends with: what the run did, and where it is."""
+def run_training(train: Callable[..., TrainResult], setup: object, args: argparse.Namespace) -> int:
+    """Call a task's training function with the options, and end with the two lines every
+    `qkv train` prints: what the run did, and where it is."""
+    result = train(
+        setup,
+        train_config_from(args),
+        args.out,
+        resume=args.resume,
+        schedule=user_schedule_from(args),
+        say=print,
+    )
     best = ""
     if result.best_metric:
         best = f", best {result.best_metric} {result.best_value:.4g} at step {result.best_step}"
@@ -160,4 +170,5 @@ def print_training_result(result: TrainResult, out: str) -> None:
         f"done: {result.steps} steps, {result.epochs} epochs, {result.elapsed:.0f} s, "
         f"stopped by {result.stop_reason}{best}"
     )
-    print(f"checkpoint: {out}")
+    print(f"checkpoint: {args.out}")
+    return 0

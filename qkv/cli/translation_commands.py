@@ -10,12 +10,7 @@ from ..data import SPLITS
 from ..errors import CheckpointError, InputError
 from ..layers import available_scores
 from ..tasks.translation import MODEL_BUILDERS, SIZES, TranslationSetup
-from .options import (
-    add_train_options,
-    print_training_result,
-    train_config_from,
-    user_schedule_from,
-)
+from .options import add_train_options, run_training
 
 #: Defaults of `qkv train translation`: the library's own.
 SETUP = TranslationSetup()
@@ -181,16 +176,7 @@ def _train_translation(args: argparse.Namespace) -> int:
         max_len=args.max_len,
         max_words=args.max_words,
     )
-    result = train_translation(
-        setup,
-        train_config_from(args),
-        args.out,
-        resume=args.resume,
-        schedule=user_schedule_from(args),
-        say=print,
-    )
-    print_training_result(result, args.out)
-    return 0
+    return run_training(train_translation, setup, args)
 
 
 def _translate(args: argparse.Namespace) -> int:
