@@ -150,3 +150,25 @@ def test_captioning_takes_the_captioners_recipe(tmp_path, capsys):
     saved = load_trainer_state(out / "checkpoints" / "step-000010")["train_config"]
     assert (saved["lr"], saved["warmup_steps"], saved["max_tokens"]) == (2e-3, 2, 2048)
     assert (saved["label_smoothing"], saved["validate_every"]) == (0.0, 500)
+
+
+def test_a_gpu_run_is_not_timed_on_the_cpu(monkeypatch):
+    """The model is still on the CPU when the schedule is fitted: timing it there would
+    plan a GPU run far too short, so a GPU run keeps the recipe's warm-up."""
+    from qkv.data import Batch
+    from qkv.models import RNNConfig, build_model
+    from qkv.training.recipes import fit_train_config
+
+    model = build_model("rnn", RNNConfig(20, embedding_dim=8, hidden_dim=8))
+    batch = Batch(torch.randint(4, 20, (2, 4)), torch.randint(4, 20, (2, 5)), torch.arange(2))
+    config = TrainConfig(epochs=None, max_minutes=1.0, device="auto")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    fitted, chosen = fit_train_config(
+        config, RECIPE, UserSchedule(), model=model, sample=lambda c: (batch, None)
+    )
+    assert fitted.warmup_steps == 200 and "measured" not in chosen.reason
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    _, chosen = fit_train_config(
+        config, RECIPE, UserSchedule(), model=model, sample=lambda c: (batch, None)
+    )
+    assert "steps/s measured" in chosen.reason

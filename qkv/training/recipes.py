@@ -192,13 +192,14 @@ def fit_train_config(
 
     ``sample(config)`` gives a typical training batch under ``config`` and the updates per
     epoch (None: unknown, ``epochs`` is then left out of the planned steps).  The batch is
-    timed only when the clock (``max_minutes``) is a budget and no warm-up is given."""
+    timed only when the clock (``max_minutes``) is a budget, no warm-up is given and the run
+    is on the CPU (where the model is now; a GPU run keeps the recipe's warm-up)."""
     batched = dataclasses.replace(
         config, max_tokens=recipe.max_tokens if user.max_tokens is None else user.max_tokens
     )
     batch, updates_per_epoch = sample(batched)
     speed = None
-    if user.warmup_steps is None and config.max_minutes is not None:
+    if user.warmup_steps is None and config.max_minutes is not None and not _on_gpu(config):
         speed = measure_steps_per_second(model, batch, accumulate=config.accumulate)
     planned = planned_steps(batched, updates_per_epoch=updates_per_epoch, steps_per_second=speed)
     chosen = choose_schedule(recipe, user, planned=planned)
@@ -222,3 +223,7 @@ def resumed_schedule(out_dir: str | Path, user: UserSchedule) -> UserSchedule:
     kept = {name: saved[name] for name in ("lr", "warmup_steps", "max_tokens")}
     given = {name: value for name, value in dataclasses.asdict(user).items() if value is not None}
     return UserSchedule(**{**kept, **given})
+
+
+def _on_gpu(config: TrainConfig) -> bool:
+    return config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available())
