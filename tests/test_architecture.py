@@ -1,30 +1,26 @@
-"""The package's import arrows point one way (STYLE.md):
+"""The package's import arrows point one way (STYLE.md).  The picture below is the rule
+itself: the test parses it.
 
-functional <- layers <- models <- {data, training, decoding, evaluation, plotting, pretrained}
-<- tasks <- cli.  Among the task packages, data comes first (training reads batches and
-tokenizers); the others do not import each other.  The core (functional, layers) depends on torch alone.
+    functional <- layers <- models <- data <- {training, decoding, evaluation, plotting,
+    pretrained} <- explore <- tasks <- cli
+
+A package may import the packages to its left.  Among the task packages in braces none
+imports another; data comes before them all (training reads batches and tokenizers).
+``explore`` extracts every model's attention for the explorer page and ``qkv attention``.
+``tasks`` builds whole jobs from every task package and ``pretrained``; ``cli`` parses and
+calls ``tasks``.  ``qkv.errors`` is plain Python under everything: any module may raise
+its errors.  The core (functional, layers) depends on torch alone.
 """
 
 import ast
 import pathlib
+import re
 
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "qkv"
-LEVEL = {
-    "functional": 0,
-    "layers": 1,
-    "models": 2,
-    "data": 3,
-    "training": 4,
-    "decoding": 4,
-    "evaluation": 4,
-    "plotting": 4,
-    "pretrained": 4,
-    "explore": 4.5,  # reads models, data, decoding; tasks (qkv attention) and cli import it
-    "tasks": 5,
-    "cli": 6,
-}
+PICTURE = " ".join(__doc__.split("\n\n")[1].split())
+SHARED = {"errors"}  # plain modules any package may import
 CORE_ALLOWED = {
     "torch",
     "math",
@@ -37,6 +33,31 @@ CORE_ALLOWED = {
     "itertools",
     "warnings",
 }
+
+
+def levels(picture: str) -> dict[str, int]:
+    """Package -> its position in a picture 'a <- b <- {c, d} <- e'."""
+    result = {}
+    for level, group in enumerate(picture.split("<-")):
+        for name in re.findall(r"\w+", group):
+            result[name] = level
+    return result
+
+
+LEVEL = levels(PICTURE)
+
+
+def wrong_arrows(subpackage: str, imported: list[str], level: dict[str, int]) -> list[str]:
+    """The imports of a module of ``subpackage`` that point the wrong way."""
+    wrong = []
+    for name in imported:
+        parts = name.split(".")
+        if parts[0] != "qkv" or len(parts) < 2 or parts[1] in SHARED:
+            continue
+        target = parts[1]
+        if target in level and target != subpackage and level[target] >= level[subpackage]:
+            wrong.append(f"{subpackage} (level {level[subpackage]}) imports {name}")
+    return wrong
 
 
 def _modules():
@@ -66,22 +87,45 @@ def _imports(path: pathlib.Path):
                 yield node.module
 
 
+def test_the_picture_places_every_subpackage_and_reads_as_stated():
+    assert LEVEL["functional"] < LEVEL["layers"] < LEVEL["models"] < LEVEL["data"]
+    task_packages = {"training", "decoding", "evaluation", "plotting", "pretrained"}
+    assert {LEVEL[name] for name in task_packages} == {LEVEL["data"] + 1}
+    assert LEVEL["explore"] == LEVEL["data"] + 2
+    assert LEVEL["tasks"] == LEVEL["explore"] + 1 and LEVEL["cli"] == LEVEL["tasks"] + 1
+    on_disk = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert on_disk <= set(LEVEL), f"not in the picture: {sorted(on_disk - set(LEVEL))}"
+
+
+@pytest.mark.parametrize(
+    "subpackage, imported, wrong",
+    [
+        ("models", ["qkv.layers.multihead", "torch"], 0),
+        ("models", ["qkv.cli.main"], 1),
+        ("training", ["qkv.data.batch", "qkv.errors"], 0),
+        ("training", ["qkv.decoding"], 1),  # task packages do not import each other
+        ("data", ["qkv.training.config"], 1),  # data comes first
+        ("tasks", ["qkv.pretrained.bert", "qkv.evaluation"], 0),
+        ("pretrained", ["qkv.tasks"], 1),
+        ("cli", ["qkv.tasks.translation", "qkv.layers"], 0),
+    ],
+)
+def test_the_rule_catches_a_wrong_arrow(subpackage, imported, wrong):
+    assert len(wrong_arrows(subpackage, imported, LEVEL)) == wrong
+
+
 @pytest.mark.parametrize(
     "subpackage, path", list(_modules()), ids=lambda v: str(v).split("qkv/")[-1]
 )
 def test_imports_point_down(subpackage, path):
-    assert subpackage in LEVEL, f"qkv/{subpackage} is not placed in the layering of STYLE.md"
-    for name in _imports(path):
-        parts = name.split(".")
-        if parts[0] == "qkv" and len(parts) > 1 and parts[1] == "errors":
-            continue  # qkv.errors is plain Python below everything: any module may raise them
-        if parts[0] == "qkv" and len(parts) > 1 and parts[1] in LEVEL:
-            target = parts[1]
-            assert target == subpackage or LEVEL[target] < LEVEL[subpackage], (
-                f"{path.relative_to(PACKAGE.parent)} imports qkv.{target}: "
-                f"{subpackage} (level {LEVEL[subpackage]}) may not depend on {target} (level {LEVEL[target]})"
-            )
-        if subpackage in ("functional", "layers") and parts[0] != "qkv":
-            assert parts[0] in CORE_ALLOWED, (
-                f"{path.name}: the core may depend on torch alone, found {name}"
-            )
+    assert subpackage in LEVEL, f"qkv/{subpackage} is not placed in the picture of STYLE.md"
+    names = list(_imports(path))
+    assert not wrong_arrows(subpackage, names, LEVEL), path.relative_to(PACKAGE.parent)
+    if subpackage in ("functional", "layers"):
+        outside = [n for n in names if n.split(".")[0] not in CORE_ALLOWED | {"qkv"}]
+        assert not outside, f"{path.name}: the core may depend on torch alone, found {outside}"
+
+
+def test_errors_module_imports_nothing_of_qkv():
+    names = list(_imports(PACKAGE / "errors.py"))
+    assert not [n for n in names if n.split(".")[0] == "qkv"]

@@ -192,3 +192,22 @@ def test_pairs_and_book_disjoint_splits():
     assert all(len(p.source.split()) <= 12 and len(p.target.split()) <= 12 for p in short)
     with pytest.raises(ValueError, match="split='dev'"):
         load_bible_en_es("dev")
+
+
+def _bomb(directory: Path, claimed: int) -> None:
+    """Block 0 holds 50 MB of zeros compressed to ~50 KB, its index claiming ``claimed``."""
+    packed = zlib.compress(b"\x00" * 50_000_000)
+    (directory / "nt.bzs").write_bytes(struct.pack("<III", 0, len(packed), claimed))
+    (directory / "nt.bzv").write_bytes(struct.pack("<IIH", 0, 0, 4))
+    (directory / "nt.bzz").write_bytes(packed)
+
+
+def test_a_zlib_bomb_is_not_inflated(tmp_path):
+    from qkv.errors import DataError
+
+    _bomb(tmp_path, claimed=100)  # honest-looking index: inflating stops after 101 bytes
+    with pytest.raises(DataError, match="decompressed to 101 bytes, but the block index says 100"):
+        read_ztext(tmp_path, "nt")
+    _bomb(tmp_path, claimed=50_000_000)  # an index that admits it: refused before inflating
+    with pytest.raises(DataError, match="claims 50,000,000 bytes uncompressed"):
+        read_ztext(tmp_path, "nt")

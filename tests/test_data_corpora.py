@@ -184,7 +184,8 @@ def test_ding_parses_entries(tmp_path):
 
 
 def test_registry_names_and_tokenizer_kinds():
-    assert available_corpora() == ["dates", "ding-de-en", "bible-en-es"]
+    assert available_corpora() == ["dates", "ding-de-en", "bible-en-es", "lengths"]
+    assert default_tokenizer_kind("lengths") == "bpe"
     assert default_tokenizer_kind("dates") == "char"
     assert default_tokenizer_kind("ding-de-en") == "bpe"
     assert default_tokenizer_kind("my.tsv") == "bpe"

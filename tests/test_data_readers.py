@@ -80,3 +80,32 @@ def test_read_parallel_empty_line_and_missing_file(tmp_path):
         read_parallel(source, target)
     with pytest.raises(FileNotFoundError, match="missing.en"):
         read_parallel(source, tmp_path / "missing.en")
+
+
+def test_the_errors_are_qkvs_own_kinds(tmp_path):
+    from qkv.errors import DataError, MissingFileError
+
+    with pytest.raises(MissingFileError):
+        read_tsv(tmp_path / "absent.tsv")
+    with pytest.raises(DataError, match="holds no lines"):
+        read_tsv(write(tmp_path / "empty.tsv", ""))
+
+
+def test_a_binary_file_is_named_as_such(tmp_path):
+    from qkv.errors import DataError
+
+    # valid UTF-8 but NUL bytes: a binary file (an archive, a tensor dump) given by mistake
+    path = write(tmp_path / "x.tsv", b"a\tb\n\x00\x00\x01\x02\tx\n")
+    with pytest.raises(DataError, match=r"x.tsv:2: a NUL byte: this looks like a binary file"):
+        read_tsv(path)
+
+
+def test_a_corpus_too_large_for_memory_is_refused_before_reading(tmp_path, monkeypatch):
+    import qkv.data.readers as readers
+    from qkv.errors import DataError
+
+    path = write(tmp_path / "big.tsv", "a\tb\n" * 100)
+    monkeypatch.setattr(readers, "MAX_CORPUS_BYTES", 399)
+    monkeypatch.setattr(readers, "open", lambda *a, **k: pytest.fail("read anyway"), raising=False)
+    with pytest.raises(DataError, match="big.tsv holds 400 bytes, over the 399 that qkv reads"):
+        read_tsv(path)

@@ -10,15 +10,27 @@ import argparse
 import json
 from pathlib import Path
 
-from ..layers.scores import available_scores
-from .options import add_train_options, train_config_from
+from ..errors import CheckpointError, DataError, InputError
+from ..layers import available_scores
+from ..tasks.captioning import CaptioningSetup
+from ..tasks.captioning_recipe import CAPTIONING_TRAIN_DEFAULTS
+from .options import add_train_options, run_training
 
 __all__ = ["add_train_parser", "register", "evaluate_command", "attention_paths"]
 
 EXAMPLE = "\n\nexample:\n  "
 
-#: The trainer's defaults for captioning (the other tasks keep TrainConfig's).
-TRAIN_DEFAULTS = dict(lr=1e-3, warmup_steps=200, label_smoothing=0.0, validate_every=500)
+#: Defaults of `qkv train captioning`: the library's own.
+SETUP = CaptioningSetup()
+#: (option, CaptioningSetup field, what it sets) of the captioner's sizes
+WIDTHS = [
+    ("--grid", "grid", "regions per side"),
+    ("--feature-dim", "feature_dim", "region feature width"),
+    ("--embedding-dim", "embedding_dim", "word embedding width"),
+    ("--hidden-dim", "hidden_dim", "LSTM width"),
+    ("--attention-dim", "attention_dim", "additive score width"),
+    ("--dropout", "dropout", "dropout before the output layer"),
+]
 
 
 def add_train_parser(tasks: argparse._SubParsersAction) -> None:
@@ -39,31 +51,42 @@ def add_train_parser(tasks: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     data = captioning.add_argument_group("data")
-    data.add_argument("--data", default="shapes", help="'shapes' or a Karpathy JSON file")
+    data.add_argument(
+        "--data", default=SETUP.data, help=f"{SETUP.data!r} (default) or a Karpathy JSON file"
+    )
     data.add_argument("--images", help="folder of the JSON's pictures (default: the JSON's folder)")
     data.add_argument("--out", required=True, help="run folder (checkpoints, vocab, log.jsonl)")
     data.add_argument(
-        "--image-size", type=int, default=64, help="images are resized to this side (default: 64)"
+        "--image-size",
+        type=int,
+        default=SETUP.image_size,
+        help=f"images are resized to this side (default: {SETUP.image_size})",
     )
     data.add_argument(
-        "--min-count", type=int, default=5, help="rarer words become <unk> (default: 5)"
+        "--min-count",
+        type=int,
+        default=SETUP.min_count,
+        help=f"rarer words become <unk> (default: {SETUP.min_count})",
     )
     data.add_argument(
-        "--max-caption-len", type=int, default=20, help="words per caption (default: 20)"
+        "--max-caption-len",
+        type=int,
+        default=SETUP.max_caption_len,
+        help=f"words per caption (default: {SETUP.max_caption_len})",
     )
     data.add_argument("--train-size", type=int, help="use only the first N training images")
     data.add_argument(
         "--valid-size",
         type=int,
-        default=300,
-        help="validation images for the loss and greedy BLEU-4 (default: 300)",
+        default=SETUP.valid_size,
+        help=f"validation images for the loss and greedy BLEU-4 (default: {SETUP.valid_size})",
     )
     model = captioning.add_argument_group("model")
     model.add_argument(
         "--score",
-        default="additive",
+        default=SETUP.score,
         choices=available_scores(),
-        help="attention score (default: additive, as in the paper)",
+        help=f"attention score (default: {SETUP.score}; additive is the paper's)",
     )
     model.add_argument(
         "--no-attention",
@@ -74,28 +97,29 @@ def add_train_parser(tasks: argparse._SubParsersAction) -> None:
         "--lambda",
         dest="doubly_stochastic",
         type=float,
-        default=0.1,
-        help="weight of the doubly stochastic regulariser (default: 0.1; 0 = off; the "
+        default=SETUP.doubly_stochastic,
+        help=f"weight of the doubly stochastic regulariser (default: {SETUP.doubly_stochastic}; 0 = off; the "
         "paper's 1 spreads attention away from the small objects of the generated scenes)",
     )
     model.add_argument("--no-gate", action="store_true", help="drop the gating scalar beta_t")
     model.add_argument(
         "--encoder",
-        default="resnet-small",
+        default=SETUP.encoder,
         help="resnet-small (trained from scratch) or torchvision:<name>, e.g. torchvision:resnet18",
     )
     model.add_argument(
         "--pretrained-encoder", action="store_true", help="ImageNet weights for torchvision"
     )
-    model.add_argument("--grid", type=int, default=8, help="regions per side (default: 8)")
-    model.add_argument("--feature-dim", type=int, default=128, help="region feature width")
-    model.add_argument("--embedding-dim", type=int, default=128, help="word embedding width")
-    model.add_argument("--hidden-dim", type=int, default=256, help="LSTM width")
-    model.add_argument("--attention-dim", type=int, default=128, help="additive score width")
-    model.add_argument("--dropout", type=float, default=0.1, help="before the output layer")
+    for flag, field, what in WIDTHS:
+        model.add_argument(
+            flag,
+            type=float if field == "dropout" else int,
+            default=getattr(SETUP, field),
+            help=f"{what} (default: {getattr(SETUP, field)})",
+        )
     add_train_options(captioning)
     captioning.set_defaults(run=_train_captioning)
-    _change_defaults(captioning, TRAIN_DEFAULTS)
+    _change_defaults(captioning, CAPTIONING_TRAIN_DEFAULTS)
 
 
 def _change_defaults(parser: argparse.ArgumentParser, defaults: dict[str, object]) -> None:
@@ -136,14 +160,14 @@ def attention_paths(path: str | Path, count: int) -> list[Path]:
     ``<stem>-0.png``, ``<stem>-1.png``, ... beside it."""
     path = Path(path)
     if path.suffix.lower() != ".png":
-        raise ValueError(f"--attention-out {str(path)!r} must be a .png file")
+        raise InputError(f"--attention-out {str(path)!r} must be a .png file")
     if count == 1:
         return [path]
     return [path.with_name(f"{path.stem}-{index}{path.suffix}") for index in range(count)]
 
 
 def _train_captioning(args: argparse.Namespace) -> int:
-    from ..tasks import CaptioningSetup, train_captioning
+    from ..tasks.captioning_recipe import train_captioning_with_recipe
 
     setup = CaptioningSetup(
         data=args.data,
@@ -166,31 +190,22 @@ def _train_captioning(args: argparse.Namespace) -> int:
         attention_dim=args.attention_dim,
         dropout=args.dropout,
     )
-    result = train_captioning(setup, train_config_from(args), args.out, resume=args.resume)
-    best = (
-        f", best {result.best_metric} {result.best_value:.4g} at step {result.best_step}"
-        if result.best_metric
-        else ""
-    )
-    print(
-        f"done: {result.steps} steps, {result.epochs} epochs, {result.elapsed:.0f} s, "
-        f"stopped by {result.stop_reason}{best}"
-    )
-    print(f"checkpoint: {args.out}")
-    return 0
+    return run_training(train_captioning_with_recipe, setup, args)
 
 
 def _caption(args: argparse.Namespace) -> int:
-    from ..tasks import ImageCaptioner, plot_caption_attention
+    from ..tasks import ImageCaptioner, plot_caption_attention, reading_errors
 
     paths = attention_paths(args.attention_out, len(args.images)) if args.attention_out else []
-    captioner = ImageCaptioner.from_checkpoint(args.checkpoint, device=args.device)
+    with reading_errors(CheckpointError):
+        captioner = ImageCaptioner.from_checkpoint(args.checkpoint, device=args.device)
     if paths and not captioner.has_attention:
-        raise ValueError(
+        raise InputError(
             "this checkpoint is the no-attention baseline: it has no attention to plot; "
             "drop --attention-out"
         )
-    images = captioner.load_images(args.images)
+    with reading_errors(DataError):
+        images = captioner.load_images(args.images)
     captions = captioner.caption(
         images, beam=args.beam, length_penalty=args.length_penalty, need_attention=bool(paths)
     )
@@ -206,18 +221,20 @@ def evaluate_command(args: argparse.Namespace) -> int:
     """`qkv evaluate` for a captioner checkpoint: BLEU-1..4 against all references, exact
     match, and attention grounding on the scenes.  Reads args.checkpoint, data, split,
     beam, limit, device, json and (when the parser has it) images."""
-    from ..tasks import ImageCaptioner, caption_examples, evaluate_captioning
+    from ..tasks import ImageCaptioner, caption_examples, evaluate_captioning, reading_errors
 
-    captioner = ImageCaptioner.from_checkpoint(args.checkpoint, device=args.device)
+    with reading_errors(CheckpointError):
+        captioner = ImageCaptioner.from_checkpoint(args.checkpoint, device=args.device)
     if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit {args.limit} must be a positive number of images")
-    examples = caption_examples(
-        args.data,
-        args.split,
-        image_size=captioner.image_size,
-        images=getattr(args, "images", None),
-        size=args.limit,
-    )
+        raise InputError(f"--limit {args.limit} must be a positive number of images")
+    with reading_errors(DataError):
+        examples = caption_examples(
+            args.data,
+            args.split,
+            image_size=captioner.image_size,
+            images=getattr(args, "images", None),
+            size=args.limit,
+        )
     scores, _ = evaluate_captioning(captioner, examples, beam=args.beam)
     if args.json:
         print(json.dumps(scores.as_dict()))

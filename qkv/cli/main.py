@@ -3,26 +3,60 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
-from . import captioning_commands, curve_commands, explore_commands, translation_commands
+from ..errors import QkvError
+from . import (
+    captioning_commands,
+    curve_commands,
+    demo_commands,
+    explore_commands,
+    translation_commands,
+)
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "exit_code_for"]
 
 DESCRIPTION = """\
 qkv: attention, from softmax(QK^T / sqrt(d)) V to models whose attention you can see.
 
 Start with `qkv demo`: it trains a small Transformer on generated dates in a few minutes
-on a CPU and writes attention heatmaps.  Every command has --help with an example."""
+on a CPU and writes attention heatmaps.  Every command has --help with an example.
+
+Exit status: 0 done; 2 a mistake in what qkv was given (one line says which, and the
+fix); 1 a bug in qkv (with its traceback); 130 / 143 interrupted (Ctrl-C / SIGTERM)."""
+
+#: Errors about the user's files and disk: a mistake to name in one line, not a bug.
+USER_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+BUG_LINE = "qkv: this is a bug in qkv, please report it with the traceback below"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its mistakes told in qkv's one line (exit 2) instead of the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"qkv: error: {message} (see: {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="qkv", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the full traceback of every error, before the command: qkv --debug "
+        "train ... (also: environment QKV_DEBUG=1)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
+    demo_commands.register(commands)
     translation_commands.register(commands)
     captioning_commands.register(commands)
     curve_commands.register(commands)
@@ -30,19 +64,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def exit_code_for(error: BaseException) -> int:
+    """The exit status for an error that escaped a command: the error's own ``exit_code``
+    when it has one (an interrupted run: 130 / 143), 2 for a mistake in what qkv was given
+    (a :class:`~qkv.errors.QkvError`, a missing or unreadable user file, a full disk), 130
+    for Ctrl-C, and 1 for anything else: a bug."""
+    code = getattr(error, "exit_code", None)
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code
+    if isinstance(error, KeyboardInterrupt):
+        return 130
+    if isinstance(error, (QkvError, *USER_OS_ERRORS)):
+        return 2
+    if isinstance(error, OSError) and error.errno in DISK_ERRNOS:
+        return 2
+    return 1
+
+
+def _debug_wanted(args: argparse.Namespace) -> bool:
+    return args.debug or os.environ.get("QKV_DEBUG", "") not in ("", "0")
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    debug = _debug_wanted(args)
     try:
         return int(args.run(args) or 0)
-    except KeyboardInterrupt:
+    except Exception as error:  # noqa: BLE001 - every escape gets an exit status and a line
+        return _report(error, debug=debug)
+    except KeyboardInterrupt as error:
+        return _report(error, debug=debug)
+
+
+def _report(error: BaseException, *, debug: bool) -> int:
+    code = exit_code_for(error)
+    if code == 1:
+        print(BUG_LINE, file=sys.stderr)
+        traceback.print_exception(error, file=sys.stderr)
+        return code
+    if debug:
+        traceback.print_exception(error, file=sys.stderr)
+    if isinstance(error, KeyboardInterrupt) and not str(error):
         print("qkv: interrupted", file=sys.stderr)
-        return 130
-    except (ValueError, TypeError, FileNotFoundError, OSError, RuntimeError) as error:
-        # Library errors name the problem and the fix; show that line, not a traceback.
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        print(f"qkv: error: {message}", file=sys.stderr)
-        return 2
+    elif code == 2:
+        print(f"qkv: error: {_one_line(error)}", file=sys.stderr)
+    else:
+        print(f"qkv: {_one_line(error)}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

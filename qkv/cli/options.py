@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import torch
 
-from ..training import TrainConfig
+from ..errors import InputError
+from ..training import TrainConfig, TrainResult
+from ..training.recipes import RECIPES, WARMUP_FRACTION, UserSchedule
 
 _DEFAULTS = TrainConfig()
+
+
+def _recipe_examples(field: str) -> str:
+    return ", ".join(
+        f"{family} {size}: {getattr(recipe, field):g}" for (family, size), recipe in RECIPES.items()
+    )
 
 
 def add_train_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("training (budgets, optimiser, checkpoints)")
     group.add_argument(
-        "--epochs", type=int, default=10, help="epoch budget (default: 10; 0 = no epoch limit)"
+        "--epochs",
+        type=int,
+        default=_DEFAULTS.epochs,
+        help=f"epoch budget (default: {_DEFAULTS.epochs}; 0 = no epoch limit)",
     )
     group.add_argument("--max-steps", type=int, help="optimizer-step budget")
     group.add_argument(
@@ -25,8 +37,8 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--seed",
         type=int,
-        default=0,
-        help="seed for initialisation, dropout and data order (default: 0)",
+        default=_DEFAULTS.seed,
+        help=f"seed for initialisation, dropout and data order (default: {_DEFAULTS.seed})",
     )
     group.add_argument(
         "--resume",
@@ -36,8 +48,8 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--lr",
         type=float,
-        default=_DEFAULTS.lr,
-        help=f"peak learning rate (default: {_DEFAULTS.lr})",
+        help="peak learning rate (default: the recipe of the model family and size, e.g. "
+        f"{_recipe_examples('lr')})",
     )
     group.add_argument(
         "--schedule",
@@ -48,8 +60,9 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--warmup-steps",
         type=int,
-        default=_DEFAULTS.warmup_steps,
-        help=f"linear warm-up steps (default: {_DEFAULTS.warmup_steps})",
+        help="linear warm-up steps (default: the recipe's, cut to "
+        f"{WARMUP_FRACTION * 100:.0f}%% of the planned steps when the budget is short; for "
+        "--max-minutes the steps/s are measured on a few batches first)",
     )
     group.add_argument(
         "--label-smoothing",
@@ -66,14 +79,14 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--accumulate",
         type=int,
-        default=1,
+        default=_DEFAULTS.accumulate,
         help="batches per optimizer step (gradient accumulation)",
     )
     group.add_argument(
         "--max-tokens",
         type=int,
-        default=_DEFAULTS.max_tokens,
-        help="tokens per batch, padding included",
+        help="tokens per batch, padding included (default: the recipe's, e.g. "
+        f"{_recipe_examples('max_tokens')})",
     )
     group.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     group.add_argument(
@@ -90,7 +103,7 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--device",
-        default="auto",
+        default=_DEFAULTS.device,
         choices=["auto", "cpu", "cuda"],
         help="auto picks a GPU when present",
     )
@@ -106,17 +119,17 @@ def train_config_from(args: argparse.Namespace) -> TrainConfig:
     """The TrainConfig the options describe; ``--threads`` is applied to torch here."""
     if args.threads is not None:
         if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1, got {args.threads}")
+            raise InputError(f"--threads must be at least 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    return TrainConfig(
-        lr=args.lr,
+    values = dict(
+        lr=_DEFAULTS.lr if args.lr is None else args.lr,
         schedule=args.schedule,
-        warmup_steps=args.warmup_steps,
+        warmup_steps=_DEFAULTS.warmup_steps if args.warmup_steps is None else args.warmup_steps,
         label_smoothing=args.label_smoothing,
         clip_norm=args.clip_norm,
         accumulate=args.accumulate,
         bf16=args.bf16,
-        max_tokens=args.max_tokens,
+        max_tokens=_DEFAULTS.max_tokens if args.max_tokens is None else args.max_tokens,
         epochs=args.epochs or None,
         max_steps=args.max_steps,
         max_minutes=args.max_minutes,
@@ -126,3 +139,36 @@ def train_config_from(args: argparse.Namespace) -> TrainConfig:
         log_every=args.log_every,
         device=args.device,
     )
+    try:
+        return TrainConfig(**values)
+    except ValueError as error:  # TrainConfig checks every value and names the bad one
+        if isinstance(error, InputError):
+            raise
+        raise InputError(f"training options: {error}") from error
+
+
+def user_schedule_from(args: argparse.Namespace) -> UserSchedule:
+    """The learning rate, warm-up and batch tokens the user gave (None: the recipe's)."""
+    return UserSchedule(lr=args.lr, warmup_steps=args.warmup_steps, max_tokens=args.max_tokens)
+
+
+def run_training(train: Callable[..., TrainResult], setup: object, args: argparse.Namespace) -> int:
+    """Call a task's training function with the options, and end with the two lines every
+    `qkv train` prints: what the run did, and where it is."""
+    result = train(
+        setup,
+        train_config_from(args),
+        args.out,
+        resume=args.resume,
+        schedule=user_schedule_from(args),
+        say=print,
+    )
+    best = ""
+    if result.best_metric:
+        best = f", best {result.best_metric} {result.best_value:.4g} at step {result.best_step}"
+    print(
+        f"done: {result.steps} steps, {result.epochs} epochs, {result.elapsed:.0f} s, "
+        f"stopped by {result.stop_reason}{best}"
+    )
+    print(f"checkpoint: {args.out}")
+    return 0

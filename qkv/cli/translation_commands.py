@@ -1,43 +1,25 @@
-"""Subcommands for translation: demo, train translation, translate, evaluate, attention."""
+"""Subcommands for translation: train translation, translate, evaluate, attention."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import math
 import sys
 
-from .options import add_train_options, train_config_from
+from ..data import SPLITS
+from ..errors import CheckpointError, InputError
+from ..layers import available_scores
+from ..tasks.translation import MODEL_BUILDERS, SIZES, TranslationSetup
+from .options import add_train_options, run_training
+
+#: Defaults of `qkv train translation`: the library's own.
+SETUP = TranslationSetup()
 
 EXAMPLE = "\n\nexample:\n  "
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     raw = argparse.RawDescriptionHelpFormatter
-
-    demo = commands.add_parser(
-        "demo",
-        help="train a small Transformer on generated dates and show its attention (~4 min on a CPU)",
-        description="The main job on the built-in data: trains a small Transformer to turn "
-        "human-written dates into ISO dates, prints translations and test exact-match "
-        "accuracy, and writes cross-attention heatmaps (PNG)."
-        + EXAMPLE
-        + "qkv demo --out qkv-demo",
-        formatter_class=raw,
-    )
-    demo.add_argument(
-        "part",
-        nargs="?",
-        default="translation",
-        choices=["translation", "captioning"],
-        help="translation (default): dates -> ISO dates with a Transformer; "
-        "captioning: a captioner on generated scenes",
-    )
-    demo.add_argument(
-        "--out", help="folder for checkpoints and pictures (default: qkv-demo, qkv-demo-captioning)"
-    )
-    demo.set_defaults(run=_demo)
 
     train = commands.add_parser("train", help="train a model (translation or captioning)")
     tasks = train.add_subparsers(dest="task", metavar="TASK")
@@ -56,12 +38,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     translation.add_argument(
         "--model",
-        default="transformer",
-        choices=["transformer", "rnn-attention", "rnn"],
-        help="model type (default: transformer)",
+        default=SETUP.model,
+        choices=list(MODEL_BUILDERS),
+        help=f"model type (default: {SETUP.model})",
     )
     translation.add_argument(
-        "--data", default="dates", help="corpus name or file(s) (default: dates)"
+        "--data", default=SETUP.data, help=f"corpus name or file(s) (default: {SETUP.data})"
     )
     translation.add_argument("--valid", help="validation file, when --data is a single file")
     translation.add_argument(
@@ -69,32 +51,36 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     translation.add_argument(
         "--size",
-        default="small",
-        choices=["small", "medium", "base"],
-        help="model size (default: small, CPU-sized; medium: for corpora of ~10-100k "
+        default=SETUP.size,
+        choices=list(SIZES),
+        help=f"model size (default: {SETUP.size}; small: CPU-sized; medium: for corpora of ~10-100k "
         "sentence pairs, with dropout 0.3; base: the paper's Transformer)",
     )
     translation.add_argument("--dropout", type=float, help="dropout, overriding the size's default")
     translation.add_argument(
         "--score",
-        default="additive",
-        choices=["additive", "dot", "general"],
-        help="RNN attention score (default: additive, Bahdanau)",
+        default=SETUP.score,
+        choices=available_scores(),
+        help=f"RNN attention score (default: {SETUP.score}; additive is Bahdanau's)",
     )
     translation.add_argument(
         "--tokenizer",
-        default="auto",
+        default=SETUP.tokenizer,
         choices=["auto", "char", "bpe"],
-        help="auto: char for dates, BPE otherwise",
+        help="auto (default): char for dates, BPE otherwise",
     )
     translation.add_argument(
-        "--vocab-size", type=int, default=8000, help="BPE vocabulary size (default: 8000)"
+        "--vocab-size",
+        type=int,
+        default=SETUP.vocab_size,
+        help=f"BPE vocabulary size (default: {SETUP.vocab_size})",
     )
     translation.add_argument(
         "--max-len",
         type=int,
-        default=128,
-        help="longest sentence in tokens; longer ones are truncated with a warning",
+        default=SETUP.max_len,
+        help=f"longest sentence in tokens (default: {SETUP.max_len}); longer ones are "
+        "truncated with a warning",
     )
     translation.add_argument(
         "--max-words", type=int, help="drop training pairs whose source has more words"
@@ -139,9 +125,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     evaluate.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
     evaluate.add_argument("--data", required=True, help="corpus name or file(s)")
-    evaluate.add_argument(
-        "--split", default="test", choices=["train", "valid", "test"], help="default: test"
-    )
+    evaluate.add_argument("--split", default="test", choices=list(SPLITS), help="default: test")
     evaluate.add_argument("--beam", type=int, default=4, help="beam size (default: 4)")
     evaluate.add_argument("--limit", type=int, help="score only the first N sentences")
     evaluate.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -177,18 +161,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     attention.set_defaults(run=_attention)
 
 
-def _demo(args: argparse.Namespace) -> int:
-    if args.part == "captioning":
-        from ..tasks import demo_captioning
-
-        demo_captioning(args.out or "qkv-demo-captioning")
-        return 0
-    from ..tasks import run_demo
-
-    run_demo(args.out or "qkv-demo")
-    return 0
-
-
 def _train_translation(args: argparse.Namespace) -> int:
     from ..tasks import TranslationSetup, train_translation
 
@@ -204,17 +176,7 @@ def _train_translation(args: argparse.Namespace) -> int:
         max_len=args.max_len,
         max_words=args.max_words,
     )
-    result = train_translation(setup, train_config_from(args), args.out, resume=args.resume)
-    best = (
-        f", best {result.best_metric} {result.best_value:.4g} at step {result.best_step}"
-        if result.best_metric
-        else ""
-    )
-    print(
-        f"done: {result.steps} steps, {result.epochs} epochs, {result.elapsed:.0f} s, stopped by {result.stop_reason}{best}"
-    )
-    print(f"checkpoint: {args.out}")
-    return 0
+    return run_training(train_translation, setup, args)
 
 
 def _translate(args: argparse.Namespace) -> int:
@@ -222,7 +184,7 @@ def _translate(args: argparse.Namespace) -> int:
 
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not sentences:
-        raise ValueError("no sentences: pass them as arguments or on stdin")
+        raise InputError("no sentences: pass them as arguments or on stdin")
     translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
     for translation in translator.translate(
         sentences, beam=args.beam, length_penalty=args.length_penalty
@@ -232,46 +194,38 @@ def _translate(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    from ..tasks import reading_errors
     from ..training import checkpoint_model_type
 
-    if checkpoint_model_type(args.checkpoint) == "captioner":
+    with reading_errors(CheckpointError):
+        model_type = checkpoint_model_type(args.checkpoint)
+    if model_type == "captioner":
         from .captioning_commands import evaluate_command
 
         return evaluate_command(args)
-    from ..tasks import Translator, evaluate_translation
+    from ..tasks import Translator, score_translator
 
     translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
-    scores, translations, references = evaluate_translation(
-        translator, args.data, split=args.split, beam=args.beam, limit=args.limit
+    report = score_translator(
+        translator,
+        args.data,
+        split=args.split,
+        beam=args.beam,
+        limit=args.limit,
+        by_length=args.by_length,
     )
-    buckets = []
-    if args.by_length:
-        from ..data import load_corpus
-        from ..evaluation import bleu_by_length
-
-        sources = [pair.source for pair in load_corpus(args.data, args.split)]
-        lengths = [len(source.split()) for source in sources[: len(translations)]]
-        buckets = bleu_by_length([t.text for t in translations], references, lengths)
     if args.json:
-        result = scores.as_dict()
-        if args.by_length:
-            # an empty bucket's NaN is not JSON: it becomes null
-            result["by_length"] = [
-                {**dataclasses.asdict(b), "bleu": None if math.isnan(b.bleu) else b.bleu}
-                for b in buckets
-            ]
-        print(json.dumps(result))
-    else:
-        print(f"{args.data} {args.split} ({scores.num_sentences} sentences, beam {args.beam})")
+        print(json.dumps(report.as_dict()))
+        return 0
+    scores = report.scores
+    print(f"{args.data} {args.split} ({scores.num_sentences} sentences, beam {args.beam})")
+    print(f"BLEU {scores.bleu:.2f}   chrF {scores.chrf:.2f}   exact match {scores.exact_match:.1%}")
+    for name, signature in scores.signature.items():
+        print(f"{name} signature: {signature}")
+    for bucket in report.by_length or []:
         print(
-            f"BLEU {scores.bleu:.2f}   chrF {scores.chrf:.2f}   exact match {scores.exact_match:.1%}"
+            f"  source {bucket.label:>6} words: BLEU {bucket.bleu:6.2f}  ({bucket.count} sentences)"
         )
-        for name, signature in scores.signature.items():
-            print(f"{name} signature: {signature}")
-        for bucket in buckets:
-            print(
-                f"  source {bucket.label:>6} words: BLEU {bucket.bleu:6.2f}  ({bucket.count} sentences)"
-            )
     return 0
 
 
@@ -279,7 +233,7 @@ def _attention(args: argparse.Namespace) -> int:
     from ..tasks import Translator, plot_translation_attention
 
     if not args.out.lower().endswith(".png"):
-        raise ValueError(f"--out {args.out!r} must be a .png file")
+        raise InputError(f"--out {args.out!r} must be a .png file")
     translator = Translator.from_checkpoint(args.checkpoint)
     (translation,) = translator.translate([args.sentence], beam=args.beam)
     path = plot_translation_attention(

@@ -24,6 +24,8 @@ from typing import NamedTuple
 from qkv.data.batch import Pair
 from qkv.data.ztext import TESTAMENTS, osis_to_text, read_ztext
 
+from ..errors import DataError, InputError
+
 __all__ = [
     "SWORD_ZTEXT_DIR",
     "ENGLISH_MODULE",
@@ -175,7 +177,7 @@ def kjv_slots(testament: str) -> list[tuple[str, int, int]]:
     ("", 0, 0) for the module and testament headings, (book, 0, 0) for a book heading,
     (book, chapter, 0) for a chapter heading, and verses numbered from 1."""
     if testament not in TESTAMENTS:
-        raise ValueError(f"testament={testament!r} must be one of {TESTAMENTS}")
+        raise InputError(f"testament={testament!r} must be one of {TESTAMENTS}")
     slots = [("", 0, 0), ("", 0, 0)]
     for book in _TESTAMENT_BOOKS[testament]:
         slots.append((book, 0, 0))
@@ -197,7 +199,7 @@ _ADJACENT_WORDS = re.compile(
 def _module_texts(module_dir: Path, testament: str, slots: list) -> list[str]:
     entries = read_ztext(module_dir, testament)
     if len(entries) != len(slots):
-        raise ValueError(
+        raise DataError(
             f"{module_dir}/{testament}.bzv has {len(entries)} entries, but the KJV "
             f"versification needs {len(slots)}: is the module KJV-versified?"
         )
@@ -233,7 +235,7 @@ def bible_verses(
 
     Raises FileNotFoundError (with the apt-get line) when the modules are not installed."""
     if split is not None and split not in SPLITS:
-        raise ValueError(f"split={split!r} must be one of {SPLITS} (or None for all)")
+        raise InputError(f"split={split!r} must be one of {SPLITS} (or None for all)")
     verses = _all_verses(Path(sword_dir) if sword_dir is not None else SWORD_ZTEXT_DIR)
     return [verse for verse in verses if split is None or _in_split(verse.book, split)]
 
@@ -247,9 +249,9 @@ def load_bible_en_es(
     only pairs whose both sides have at most that many whitespace-separated words are kept.
     """
     if split not in SPLITS:
-        raise ValueError(f"split={split!r} must be one of {SPLITS}")
+        raise InputError(f"split={split!r} must be one of {SPLITS}")
     if max_words is not None and max_words < 1:
-        raise ValueError(f"max_words={max_words} must be a positive number of words (or None)")
+        raise InputError(f"max_words={max_words} must be a positive number of words (or None)")
     pairs = []
     for verse in bible_verses(split, sword_dir=sword_dir):
         if not verse.en or not verse.es:

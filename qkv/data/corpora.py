@@ -4,6 +4,7 @@
 
 - a built-in name (``available_corpora()``):
   ``dates`` (generated human-written dates -> ISO, char-level, no files),
+  ``lengths`` (generated sentences of 5-80 words for the length study, no files),
   ``ding-de-en`` (German -> English sentences, Debian ``trans-de-en``),
   ``bible-en-es`` (English -> Spanish Bible verses, Debian ``sword-text-kjv`` and
   ``sword-text-sparv``); each has fixed ``train``, ``valid`` and ``test`` splits;
@@ -21,9 +22,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from ..errors import InputError
 from .batch import Pair
 from .dates import dates_corpus
 from .ding import ding_de_en
+from .lengths import lengths_corpus
 from .readers import read_parallel, read_tsv
 
 __all__ = [
@@ -58,6 +61,12 @@ _CORPORA: dict[str, tuple[Callable[[str], list[Pair]], str]] = {
         "English (KJV) -> Spanish (Reina-Valera 1909) Bible verses (about 31k pairs; "
         "apt-get install sword-text-kjv sword-text-sparv)",
     ),
+    "lengths": (
+        lengths_corpus,
+        "a made-up language pair with 5-80-word sentences evenly over the length buckets, "
+        "a 500+ word lexicon, adjective-noun swap and verb-final clauses (generated; "
+        "20,000/500/1,000 pairs)",
+    ),
 }
 
 
@@ -74,7 +83,7 @@ def corpus_description(name: str) -> str:
 
 def _check_name(name: str) -> None:
     if name not in _CORPORA:
-        raise ValueError(
+        raise InputError(
             f"unknown corpus {name!r}: use one of {', '.join(_CORPORA)}, a path to a .tsv file "
             "(source<TAB>target lines), or two aligned text files as 'SOURCE_PATH,TARGET_PATH'"
         )
@@ -91,7 +100,7 @@ def load_corpus(name_or_path: str, split: str = "train") -> list[Pair]:
     returns all its pairs whatever ``split`` is.
     """
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        raise InputError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
     if name_or_path in _CORPORA:
         return _CORPORA[name_or_path][0](split)
     if not _looks_like_path(name_or_path):
@@ -100,13 +109,13 @@ def load_corpus(name_or_path: str, split: str = "train") -> list[Pair]:
     if "," in path:
         parts = path.split(",")
         if len(parts) != 2 or not all(parts):
-            raise ValueError(
+            raise InputError(
                 f"{name_or_path!r}: aligned files are given as 'SOURCE_PATH,TARGET_PATH' "
                 f"(exactly one comma), got {len(parts)} parts"
             )
         return read_parallel(parts[0], parts[1])
     if not path.endswith(".tsv"):
-        raise ValueError(
+        raise InputError(
             f"{name_or_path!r}: a single corpus file must be a .tsv file of source<TAB>target "
             "lines; give two aligned text files as 'SOURCE_PATH,TARGET_PATH'"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
+from ..errors import DataError, InputError
 from .batch import BOS_ID, EOS_ID, Batch, Pair, collate
 from .tokenizers import Tokenizer
 
@@ -35,9 +36,9 @@ class TranslationDataset:
         max_target_len: int = 256,
     ):
         if max_source_len < 1:
-            raise ValueError(f"max_source_len={max_source_len} must be at least 1")
+            raise InputError(f"max_source_len={max_source_len} must be at least 1")
         if max_target_len < 3:
-            raise ValueError(
+            raise InputError(
                 f"max_target_len={max_target_len} must be at least 3 (BOS, a token, EOS)"
             )
         self.pairs = [Pair(*pair) for pair in pairs]
@@ -53,7 +54,7 @@ class TranslationDataset:
             target_ids = target_tokenizer.encode(target)
             for side, ids, text in (("source", source_ids, source), ("target", target_ids, target)):
                 if not ids:
-                    raise ValueError(
+                    raise DataError(
                         f"pair {index} has an empty {side} after tokenization ({text!r}); "
                         "remove it from the corpus"
                     )

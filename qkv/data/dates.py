@@ -26,6 +26,7 @@ from collections.abc import Callable
 from datetime import date, timedelta
 from functools import lru_cache
 
+from ..errors import InputError
 from .batch import Pair
 
 __all__ = [
@@ -93,9 +94,9 @@ DATE_FORMATS = tuple(_FORMATTERS)
 def format_date(day: date, style: str) -> str:
     """Write ``day`` in one of ``DATE_FORMATS`` (as written, before any case change)."""
     if style not in _FORMATTERS:
-        raise ValueError(f"unknown date format {style!r}; choose one of {', '.join(DATE_FORMATS)}")
+        raise InputError(f"unknown date format {style!r}; choose one of {', '.join(DATE_FORMATS)}")
     if not FIRST_DAY <= day <= LAST_DAY:
-        raise ValueError(f"date {day} is outside the corpus range {FIRST_DAY}..{LAST_DAY}")
+        raise InputError(f"date {day} is outside the corpus range {FIRST_DAY}..{LAST_DAY}")
     return _FORMATTERS[style](day)
 
 
@@ -128,5 +129,5 @@ def dates_corpus(split: str, *, seed: int = 0) -> list[Pair]:
     Deterministic for a given seed; the three splits never share a calendar date.
     """
     if split not in DATES_SPLIT_SIZES:
-        raise ValueError(f"unknown split {split!r} for the dates corpus; use train, valid or test")
+        raise InputError(f"unknown split {split!r} for the dates corpus; use train, valid or test")
     return list(_splits(seed)[split])

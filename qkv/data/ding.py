@@ -26,6 +26,7 @@ import random
 import re
 from functools import lru_cache
 
+from ..errors import InputError, MissingFileError
 from .batch import Pair
 
 __all__ = ["ding_de_en", "parse_ding", "DING_PATH", "DING_HELD_OUT_SIZE"]
@@ -80,7 +81,7 @@ def parse_ding(path: str = DING_PATH) -> list[Pair]:
     The parse is cached per process (keyed by path and modification time).
     """
     if not os.path.isfile(path):
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"the Ding German-English dictionary is not at {path!r}; install it with "
             "`apt-get install trans-de-en` (Debian/Ubuntu, as root) or pass its path"
         )
@@ -134,6 +135,6 @@ def ding_de_en(split: str, *, path: str = DING_PATH, seed: int = 0) -> list[Pair
     install it.
     """
     if split not in ("train", "valid", "test"):
-        raise ValueError(f"unknown split {split!r} for ding-de-en; use train, valid or test")
+        raise InputError(f"unknown split {split!r} for ding-de-en; use train, valid or test")
     parse_ding(path)  # raises the helpful FileNotFoundError, warms the cache
     return list(_split(path, os.path.getmtime(path), seed)[split])

@@ -20,6 +20,8 @@ import struct
 import zlib
 from pathlib import Path
 
+from ..errors import DataError, InputError, MissingFileError
+
 __all__ = ["SWORD_INSTALL_HINT", "TESTAMENTS", "read_ztext", "osis_to_text"]
 
 SWORD_INSTALL_HINT = "apt-get install sword-text-kjv sword-text-sparv"
@@ -32,11 +34,15 @@ _ENTRY_RECORD = struct.Struct("<IIH")  # block number, offset in block, length
 def _read_index(path: Path, record: struct.Struct, what: str) -> list[tuple[int, ...]]:
     data = path.read_bytes()
     if len(data) % record.size:
-        raise ValueError(
+        raise DataError(
             f"truncated {what} {path}: {len(data)} bytes is not a multiple of the "
             f"{record.size}-byte record size"
         )
     return [record.unpack_from(data, start) for start in range(0, len(data), record.size)]
+
+
+#: The largest decompressed block read (SWORD writes blocks of a few KiB to a few hundred).
+MAX_BLOCK_BYTES = 16 * 1024**2
 
 
 class _BlockStore:
@@ -52,18 +58,24 @@ class _BlockStore:
         if number not in self.cache:
             offset, compressed, uncompressed = self.blocks[number]
             if offset + compressed > len(self.data):
-                raise ValueError(
+                raise DataError(
                     f"block {number} of {self.path} runs past the end of the file "
                     f"(offset {offset} + size {compressed} > {len(self.data)} bytes)"
                 )
-            try:
-                raw = zlib.decompress(self.data[offset : offset + compressed])
+            if uncompressed > MAX_BLOCK_BYTES:
+                raise DataError(
+                    f"block {number} of {self.path} claims {uncompressed:,} bytes uncompressed, "
+                    f"over the {MAX_BLOCK_BYTES:,} a SWORD block holds: a damaged module?"
+                )
+            try:  # never inflate past what the index promises (a zlib bomb stops there)
+                inflater = zlib.decompressobj()
+                raw = inflater.decompress(self.data[offset : offset + compressed], uncompressed + 1)
             except zlib.error as error:
-                raise ValueError(
+                raise DataError(
                     f"bad zlib data in block {number} of {self.path}: {error}"
                 ) from None
             if len(raw) != uncompressed:
-                raise ValueError(
+                raise DataError(
                     f"block {number} of {self.path} decompressed to {len(raw)} bytes, "
                     f"but the block index says {uncompressed}"
                 )
@@ -74,16 +86,17 @@ class _BlockStore:
 def read_ztext(module_dir: str | Path, testament: str) -> list[str]:
     """Every entry of one testament of a zText module, as raw OSIS markup ("" where empty).
 
-    Raises FileNotFoundError when the module's files are missing, and ValueError naming
-    the file when an index is truncated, points outside its data, or a block is not zlib.
+    Raises MissingFileError when the module's files are missing, and DataError naming
+    the file when an index is truncated, points outside its data, a block is not zlib or
+    inflates to another size than its index says (checked before inflating).
     """
     if testament not in TESTAMENTS:
-        raise ValueError(f"testament={testament!r} must be one of {TESTAMENTS}")
+        raise InputError(f"testament={testament!r} must be one of {TESTAMENTS}")
     module_dir = Path(module_dir)
     paths = {ext: module_dir / f"{testament}.{ext}" for ext in ("bzs", "bzv", "bzz")}
     missing = [str(path) for path in paths.values() if not path.is_file()]
     if missing:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"SWORD zText module files not found: {', '.join(missing)}; "
             f"install the Bible modules with `{SWORD_INSTALL_HINT}` (as root)"
         )
@@ -97,20 +110,20 @@ def read_ztext(module_dir: str | Path, testament: str) -> list[str]:
             texts.append("")
             continue
         if block >= len(blocks):
-            raise ValueError(
+            raise DataError(
                 f"entry {position} of {paths['bzv']} names block {block}, but "
                 f"{paths['bzs']} has only {len(blocks)} blocks"
             )
         raw = store[block]
         if offset + length > len(raw):
-            raise ValueError(
+            raise DataError(
                 f"entry {position} of {paths['bzv']} (offset {offset}, length {length}) runs "
                 f"past the end of block {block} ({len(raw)} bytes)"
             )
         try:
             texts.append(raw[offset : offset + length].decode("utf-8"))
         except UnicodeDecodeError as error:
-            raise ValueError(
+            raise DataError(
                 f"entry {position} in block {block} of {paths['bzz']} is not UTF-8: {error}"
             ) from None
     return texts

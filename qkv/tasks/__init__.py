@@ -17,7 +17,14 @@ from .translation import (
     build_translation_model,
     train_translation,
 )
-from .translator import Translation, Translator, evaluate_translation
+from .translator import (
+    Translation,
+    TranslationReport,
+    Translator,
+    evaluate_translation,
+    reading_errors,
+    score_translator,
+)
 
 __all__ = [
     "run_demo",
@@ -29,6 +36,9 @@ __all__ = [
     "Translation",
     "Translator",
     "evaluate_translation",
+    "TranslationReport",
+    "score_translator",
+    "reading_errors",
     "CaptioningSetup",
     "caption_examples",
     "train_captioning",

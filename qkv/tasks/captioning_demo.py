@@ -8,16 +8,13 @@ that object, and writes one attention strip per example scene.
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import torch
-
 from ..training import TrainConfig
+from ..training.recipes import recipe_for
 from .captioner_eval import ImageCaptioner, evaluate_captioning, plot_caption_attention
 from .captioning import SCENES, CaptioningSetup, caption_examples, train_captioning
+from .demo import DemoRun, demo_train_config
 
 __all__ = ["DEMO_CAPTIONING_SETUP", "DEMO_CAPTIONING_CONFIG", "demo_captioning"]
 
@@ -40,17 +37,8 @@ DEMO_CAPTIONING_SETUP = CaptioningSetup(
 )
 
 #: Sized so that training takes at most 4 minutes on a 2-core laptop CPU.
-DEMO_CAPTIONING_CONFIG = TrainConfig(
-    lr=2e-3,
-    schedule="inverse_sqrt",
-    warmup_steps=100,
-    label_smoothing=0.0,
-    max_tokens=2048,
-    epochs=None,
-    max_steps=1500,
-    max_minutes=4.0,
-    validate_every=500,
-    log_every=25,
+DEMO_CAPTIONING_CONFIG = demo_train_config(
+    recipe_for("captioner", "default"), max_minutes=4.0, log_every=25
 )
 
 #: Test scenes whose captions and attention strips the demo shows.
@@ -67,15 +55,13 @@ def demo_captioning(
     say=print,
 ) -> dict:
     """Train, evaluate and plot; returns the test scores.  ``say`` prints progress lines."""
-    out_dir = Path(out_dir)
-    started = time.perf_counter()
-    say(
-        f"qkv demo captioning: training a captioner on generated scenes (checkpoints in {out_dir}/)"
+    demo = DemoRun(out_dir, say)
+    result = demo.train(
+        "qkv demo captioning: training a captioner on generated scenes",
+        lambda: train_captioning(setup, config, demo.out_dir),
+        single_thread=True,
     )
-    with _one_thread():
-        result = train_captioning(setup, config, out_dir)
-    say(f"trained {result.steps} steps in {result.elapsed:.0f} s ({result.stop_reason})")
-    captioner = ImageCaptioner.from_checkpoint(out_dir)
+    captioner = ImageCaptioner.from_checkpoint(demo.out_dir)
     test = caption_examples(SCENES, "test", image_size=setup.image_size, size=TEST_IMAGES)
     scores, captions = evaluate_captioning(captioner, test, beam=1)
     say(
@@ -87,7 +73,7 @@ def demo_captioning(
             f"attention on the named object: {scores.grounding:.1%} of the mass, against "
             f"{scores.grounding_uniform:.1%} for a uniform map ({scores.grounded_words} words)"
         )
-    plots = out_dir / "attention"
+    plots = demo.out_dir / "attention"
     grid = captioner.model.config.grid
     for index, (example, caption) in enumerate(zip(test[:EXAMPLES], captions, strict=False)):
         say(f"  scene {index}: {caption.text}   (references: {' | '.join(example.raw)})")
@@ -96,9 +82,7 @@ def demo_captioning(
             path = plots / f"scene-{index}.png"
             plot_caption_attention(example.image, with_attention, path, grid=grid)
     if captioner.has_attention:
-        say(
-            f"attention strips: {plots}/scene-*.png  ({time.perf_counter() - started:.0f} s in all)"
-        )
+        demo.finish(f"attention strips: {plots}/scene-*.png")
     return {
         "bleu4": scores.bleu4,
         "exact_match": scores.exact_match,
@@ -106,16 +90,3 @@ def demo_captioning(
         "grounding_uniform": scores.grounding_uniform,
         "steps": result.steps,
     }
-
-
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    """Run torch on one CPU thread, then restore the count.  The demo's LSTM steps are many
-    small operations that a second thread barely speeds up, and on a 2-core machine whose
-    other core is busy, two threads made a step 40 times slower (0.15 s -> 5.8 s, measured)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)

@@ -3,32 +3,53 @@
 Trains a small Transformer on the generated ``dates`` task (human-written dates -> ISO
 dates), prints a few translations and the exact-match accuracy on the test split, and
 writes cross-attention heatmaps, one per example.
+
+What both demos share (this one and ``qkv demo captioning``) lives here too: the training
+budget (:func:`demo_train_config`, the family's recipe for at most 1,500 steps or a few
+minutes) and the frame of progress lines (:class:`DemoRun`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..training import TrainConfig
+import torch
+
+from ..training import TrainConfig, TrainResult
+from ..training.recipes import Recipe, recipe_for
 from .plots import plot_translation_attention
 from .translation import TranslationSetup, train_translation
 from .translator import Translator, evaluate_translation
 
-__all__ = ["DEMO_TRAIN_CONFIG", "run_demo"]
+__all__ = ["DEMO_TRAIN_CONFIG", "demo_train_config", "DemoRun", "run_demo"]
 
-#: Sized so the whole demo finishes in under 5 minutes on a 2-core laptop CPU.
-DEMO_TRAIN_CONFIG = TrainConfig(
-    lr=3e-3,
-    schedule="inverse_sqrt",
-    warmup_steps=200,
-    label_smoothing=0.0,
+
+def demo_train_config(recipe: Recipe, *, max_minutes: float, log_every: int) -> TrainConfig:
+    """A demo's budget: the recipe's peak, warm-up and batch, at most 1,500 steps or
+    ``max_minutes``, no label smoothing, a validation every 500 steps."""
+    return TrainConfig(
+        lr=recipe.lr,
+        schedule="inverse_sqrt",
+        warmup_steps=recipe.warmup_steps,
+        label_smoothing=0.0,
+        max_tokens=recipe.max_tokens,
+        epochs=None,
+        max_steps=1500,
+        max_minutes=max_minutes,
+        validate_every=500,
+        log_every=log_every,
+    )
+
+
+#: Sized so the whole demo finishes in under 5 minutes on a 2-core laptop CPU; its 1,500
+#: steps were measured with batches of 1,024 tokens (98.7 % exact match, docs/results.md).
+DEMO_TRAIN_CONFIG = dataclasses.replace(
+    demo_train_config(recipe_for("transformer", "small"), max_minutes=4.25, log_every=50),
     max_tokens=1024,
-    epochs=None,
-    max_steps=1500,
-    max_minutes=4.25,
-    validate_every=500,
-    log_every=50,
 )
 
 EXAMPLES = [
@@ -40,28 +61,62 @@ EXAMPLES = [
 ]
 
 
+class DemoRun:
+    """The frame of a demo: says what it trains, trains (on one CPU thread if asked), says
+    how it went, and finally where the pictures are and how long it all took."""
+
+    def __init__(self, out_dir: str | Path, say: Callable[[str], object]):
+        self.out_dir, self.say = Path(out_dir), say
+        self.started = time.perf_counter()
+
+    def train(
+        self, what: str, train: Callable[[], TrainResult], *, single_thread: bool = False
+    ) -> TrainResult:
+        self.say(f"{what} (checkpoints in {self.out_dir}/)")
+        with one_thread() if single_thread else contextlib.nullcontext():
+            result = train()
+        self.say(f"trained {result.steps} steps in {result.elapsed:.0f} s ({result.stop_reason})")
+        return result
+
+    def finish(self, pictures: str) -> None:
+        elapsed = time.perf_counter() - self.started
+        self.say(f"{pictures}  ({elapsed:.0f} s in all)")
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one CPU thread, then restore the count.  The demos' steps are many
+    small operations that a second thread barely speeds up, and on a 2-core machine whose
+    other core is busy, two threads made a step 40 times slower (0.15 s -> 5.8 s, measured)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def run_demo(
     out_dir: str | Path = "qkv-demo", *, config: TrainConfig = DEMO_TRAIN_CONFIG, say=print
 ) -> dict:
     """Train, evaluate and plot; returns the test scores.  ``say`` prints progress lines."""
-    out_dir = Path(out_dir)
-    started = time.perf_counter()
-    say(f"qkv demo: training a small Transformer on 'dates' (checkpoints in {out_dir}/)")
+    demo = DemoRun(out_dir, say)
     setup = TranslationSetup(
         data="dates", model="transformer", size="small", max_len=48, valid_bleu_sentences=200
     )
-    result = train_translation(setup, config, out_dir)
-    say(f"trained {result.steps} steps in {result.elapsed:.0f} s ({result.stop_reason})")
-    translator = Translator.from_checkpoint(out_dir)
+    result = demo.train(
+        "qkv demo: training a small Transformer on 'dates'",
+        lambda: train_translation(setup, config, demo.out_dir),
+    )
+    translator = Translator.from_checkpoint(demo.out_dir)
     scores, _, _ = evaluate_translation(translator, "dates", split="test", beam=1)
     say(
-        f"test split: exact match {scores.exact_match:.1%}, BLEU {scores.bleu:.1f} ({scores.num_sentences} dates)"
+        f"test split: exact match {scores.exact_match:.1%}, BLEU {scores.bleu:.1f} "
+        f"({scores.num_sentences} dates)"
     )
-    plots = out_dir / "attention"
+    plots = demo.out_dir / "attention"
     for index, translation in enumerate(translator.translate(EXAMPLES)):
         say(f"  {translation.source!r:>28} -> {translation.text}")
         plot_translation_attention(translator, translation, plots / f"example-{index}.png")
-    say(
-        f"attention heatmaps: {plots}/example-*.png  ({time.perf_counter() - started:.0f} s in all)"
-    )
+    demo.finish(f"attention heatmaps: {plots}/example-*.png")
     return {"exact_match": scores.exact_match, "bleu": scores.bleu, "steps": result.steps}

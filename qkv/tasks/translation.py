@@ -7,6 +7,7 @@ function; only :data:`MODEL_BUILDERS` knows how to size each one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from ..data import (
+    Batch,
     TranslationDataset,
     default_tokenizer_kind,
     load_corpus,
@@ -23,9 +25,12 @@ from ..data import (
     training_texts,
 )
 from ..data.tokenizers import Tokenizer
+from ..errors import CheckpointError, DataError, InputError, RunError
 from ..models import RNNConfig, TransformerConfig, build_model
 from ..training import TrainConfig, TrainResult, load_checkpoint, read_pointer, train
-from .translator import Translator
+from ..training.recipes import UserSchedule, fit_train_config, recipe_for, resumed_schedule
+from ..training.state import default_batches
+from .translator import Translator, reading_errors
 
 __all__ = ["TranslationSetup", "MODEL_BUILDERS", "build_translation_model", "train_translation"]
 
@@ -64,8 +69,31 @@ class TranslationSetup:
     max_words: int | None = None
     valid_bleu_sentences: int = 300
 
+    def __post_init__(self) -> None:
+        if self.model not in MODEL_BUILDERS:
+            raise InputError(
+                f"unknown translation model {self.model!r}; choose from {list(MODEL_BUILDERS)}"
+            )
+        if self.size not in SIZES:
+            raise InputError(f"unknown size {self.size!r}; choose from {list(SIZES)}")
+        if self.tokenizer not in TOKENIZERS:
+            raise InputError(f"unknown tokenizer {self.tokenizer!r}; choose from {TOKENIZERS}")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise InputError(f"dropout={self.dropout} must lie in [0, 1)")
+        for name, least in (("vocab_size", 8), ("max_len", 1), ("valid_bleu_sentences", 0)):
+            _check_count(name, getattr(self, name), least)
+        if self.max_words is not None:
+            _check_count("max_words", self.max_words, 1)
+
 
 SIZES = ("small", "medium", "base")
+TOKENIZERS = ("auto", "char", "bpe")
+
+
+def _check_count(name: str, value: object, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InputError(f"{name}={value!r} must be a whole number >= {least}")
+
 
 _MEDIUM_TRANSFORMER = dict(
     d_model=256, num_heads=4, num_encoder_layers=3, num_decoder_layers=3, d_ff=1024, dropout=0.3
@@ -114,12 +142,6 @@ MODEL_BUILDERS: dict[str, Callable[[TranslationSetup, int], Any]] = {
 
 
 def build_translation_model(setup: TranslationSetup, vocab_size: int) -> nn.Module:
-    if setup.model not in MODEL_BUILDERS:
-        raise ValueError(
-            f"unknown translation model {setup.model!r}; choose from {sorted(MODEL_BUILDERS)}"
-        )
-    if setup.size not in SIZES:
-        raise ValueError(f"unknown size {setup.size!r}; choose from {list(SIZES)}")
     return build_model(setup.model, MODEL_BUILDERS[setup.model](setup, vocab_size))
 
 
@@ -134,7 +156,7 @@ def _splits(setup: TranslationSetup) -> tuple[list, list]:
     else:
         valid_pairs = []
     if not train_pairs:
-        raise ValueError(f"{setup.data!r} has no training pairs")
+        raise DataError(f"{setup.data!r} has no training pairs")
     return train_pairs, valid_pairs
 
 
@@ -150,19 +172,38 @@ def _tokenizer(setup: TranslationSetup, train_pairs: list) -> Tokenizer:
 
 
 def train_translation(
-    setup: TranslationSetup, config: TrainConfig, out_dir: str | Path, *, resume: bool = False
+    setup: TranslationSetup,
+    config: TrainConfig,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    schedule: UserSchedule | None = None,
+    say: Callable[[str], object] | None = None,
 ) -> TrainResult:
     """Train a translator; checkpoints (weights, config, tokenizer) go to ``out_dir``.
 
     With ``resume`` the tokenizer and model come from the run's last checkpoint, so the run
-    continues exactly where it stopped; a different setup is refused by the trainer."""
+    continues exactly where it stopped; a different setup is refused by the trainer.
+
+    ``schedule`` None trains with ``config`` as it is.  A :class:`UserSchedule` lets the
+    recipe of the model family and size (``qkv.training.recipes``) choose the learning rate,
+    warm-up and batch tokens for this run's budget, except the values the user gave; a
+    resumed run keeps the values it started with.  The choice is recorded in the checkpoint's metadata
+    (``"schedule"``) and, when ``say`` is given, told in one line."""
+    last = read_pointer(out_dir, "last")
+    if not resume and last is not None:
+        raise RunError(
+            f"{out_dir} already holds a run (its last checkpoint is {last}); add --resume to "
+            "continue it, or choose a new --out"
+        )
     train_pairs, valid_pairs = _splits(setup)
     if resume:
-        if read_pointer(out_dir, "last") is None:
-            raise ValueError(
+        if last is None:
+            raise RunError(
                 f"--resume: {out_dir} has no checkpoint to resume from; drop --resume to start"
             )
-        previous = load_checkpoint(out_dir, load_tokenizers=True)
+        with reading_errors(CheckpointError):
+            previous = load_checkpoint(out_dir, load_tokenizers=True)
         tokenizer = previous.tokenizers[TOKENIZER_FILE]
     else:
         tokenizer = _tokenizer(setup, train_pairs)
@@ -181,6 +222,20 @@ def train_translation(
         sample = valid_pairs[: setup.valid_bleu_sentences]
         evaluate = _bleu_callback(tokenizer, sample, max_len)
     metadata = {"task": "translation", "setup": dataclasses.asdict(setup)}
+    if schedule is not None:
+        if resume:
+            schedule = resumed_schedule(out_dir, schedule)
+        family = "transformer" if setup.model == "transformer" else "rnn"
+        config, chosen = fit_train_config(
+            config,
+            recipe_for(family, setup.size),
+            schedule,
+            model=model,
+            sample=functools.partial(_sample, train_data),
+        )
+        metadata["schedule"] = chosen.as_dict()
+        if say is not None:
+            say(chosen.describe())
     return train(
         model,
         train_data,
@@ -192,6 +247,12 @@ def train_translation(
         tokenizers={TOKENIZER_FILE: tokenizer},
         resume=resume,
     )
+
+
+def _sample(data: TranslationDataset, config: TrainConfig) -> tuple[Batch, int]:
+    """The first training batch under ``config`` and the updates per epoch."""
+    batches = default_batches(data, config, rank=0, world_size=1).batches(0)
+    return data.collate(batches[0]), max(len(batches) // config.accumulate, 1)
 
 
 def _bleu_callback(tokenizer: Tokenizer, pairs: list, max_len: int):

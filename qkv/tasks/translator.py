@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,13 +16,34 @@ from torch import Tensor, nn
 from ..data import BOS_ID, EOS_ID, PAD_ID, load_corpus, pad_sequences
 from ..data.tokenizers import Tokenizer
 from ..decoding import beam_search, greedy_search
-from ..evaluation import Scores, corpus_scores
+from ..errors import CheckpointError, DataError, InputError, QkvError
+from ..evaluation import LengthBucket, Scores, bleu_by_length, corpus_scores
 from ..explore import teacher_forced_attention
 from ..training import checkpoint_model_type, load_checkpoint
 
-__all__ = ["Translation", "Translator", "evaluate_translation"]
+__all__ = [
+    "reading_errors",
+    "Translation",
+    "Translator",
+    "TranslationReport",
+    "evaluate_translation",
+    "score_translator",
+]
 
 TRANSLATION_MODELS = ("transformer", "rnn-attention", "rnn")
+
+
+@contextlib.contextmanager
+def reading_errors(kind: type[QkvError]) -> Iterator[None]:
+    """Name a file the user pointed at that cannot be read as a ``kind`` of QkvError
+    (CheckpointError, DataError).  For the loaders whose ValueErrors all describe the file
+    (missing, corrupt, of another kind), never a bug of the caller; other errors pass."""
+    try:
+        yield
+    except QkvError:
+        raise
+    except ValueError as error:
+        raise kind(str(error)) from error
 
 
 @dataclass
@@ -47,15 +71,17 @@ class Translator:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, *, device: str = "cpu") -> Translator:
-        model_type = checkpoint_model_type(path)
+        with reading_errors(CheckpointError):
+            model_type = checkpoint_model_type(path)
         if model_type not in TRANSLATION_MODELS:
-            raise ValueError(
+            raise CheckpointError(
                 f"{path} holds a {model_type!r} model, not a translator "
                 f"({', '.join(TRANSLATION_MODELS)}); use the command for that model's task"
             )
-        checkpoint = load_checkpoint(path, map_location=device)
+        with reading_errors(CheckpointError):
+            checkpoint = load_checkpoint(path, map_location=device)
         if "tokenizer" not in checkpoint.tokenizers:
-            raise ValueError(
+            raise CheckpointError(
                 f"{checkpoint.directory} has no tokenizer file; it was not written by qkv train translation"
             )
         setup = checkpoint.metadata.get("setup", {})
@@ -75,7 +101,7 @@ class Translator:
         for index, sentence in enumerate(sentences):
             ids = self.tokenizer.encode(sentence.strip())
             if not ids:
-                raise ValueError(f"sentence {index} is empty: nothing to translate")
+                raise InputError(f"sentence {index} is empty: nothing to translate")
             if len(ids) > self.max_len:
                 ids, cut = ids[: self.max_len], cut + 1
             encoded.append(ids)
@@ -98,6 +124,8 @@ class Translator:
         """Translate sentences (batched, longest first); beam=1 is greedy search."""
         if isinstance(sentences, str):
             raise TypeError("translate takes a list of sentences, not one string")
+        if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
+            raise InputError(f"beam={beam!r} must be a whole number >= 1 (1 = greedy search)")
         self.model.eval()
         sources = self.encode_sources(sentences)
         order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
@@ -146,7 +174,7 @@ class Translator:
         target_input = torch.tensor([[BOS_ID, *translation.ids]], device=self.device)
         attention = teacher_forced_attention(self.model, source, target_input)
         if "cross" not in attention:
-            raise ValueError(
+            raise InputError(
                 f"{type(self.model).__name__} has no cross-attention to show (the no-attention baseline?)"
             )
         return attention["cross"]
@@ -165,7 +193,54 @@ def evaluate_translation(
     if limit is not None:
         pairs = pairs[:limit]
     if not pairs:
-        raise ValueError(f"{data!r} split {split!r} is empty")
+        raise DataError(f"{data!r} split {split!r} is empty")
     translations = translator.translate([p.source for p in pairs], beam=beam)
     references = [p.target for p in pairs]
     return corpus_scores([t.text for t in translations], references), translations, references
+
+
+@dataclass
+class TranslationReport:
+    """What ``qkv evaluate`` shows for a translator: the scores, and BLEU per source length
+    in words when asked for (``by_length`` None when not)."""
+
+    data: str
+    split: str
+    beam: int
+    scores: Scores
+    by_length: list[LengthBucket] | None = None
+
+    def as_dict(self) -> dict:
+        """The scores as plain JSON values (an empty bucket's BLEU, NaN, becomes None)."""
+        result = self.scores.as_dict()
+        if self.by_length is not None:
+            result["by_length"] = [
+                {**dataclasses.asdict(b), "bleu": None if math.isnan(b.bleu) else b.bleu}
+                for b in self.by_length
+            ]
+        return result
+
+
+def score_translator(
+    translator: Translator,
+    data: str,
+    *,
+    split: str = "test",
+    beam: int = 4,
+    limit: int | None = None,
+    by_length: bool = False,
+) -> TranslationReport:
+    """Translate and score a corpus split; with ``by_length`` also BLEU per bucket of source
+    length in words (0-10, 11-20, 21-30, 31-40, 41+)."""
+    if limit is not None and limit < 1:
+        raise InputError(f"--limit {limit} must be a positive number of sentences")
+    if beam < 1:
+        raise InputError(f"--beam {beam} must be at least 1")
+    scores, translations, references = evaluate_translation(
+        translator, data, split=split, beam=beam, limit=limit
+    )
+    buckets = None
+    if by_length:
+        lengths = [len(t.source.split()) for t in translations]
+        buckets = bleu_by_length([t.text for t in translations], references, lengths)
+    return TranslationReport(data, split, beam, scores, buckets)
