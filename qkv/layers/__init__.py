@@ -10,8 +10,10 @@ from .blocks import (
 )
 from .cache import KVCache, StaticKV
 from .cnn import RegionEncoder, ResidualBlock, SmallResNet
+from .feature_attention import FeatureAttentionOutput, SelfAttention2d
 from .feedforward import FeedForward
 from .multihead import MultiHeadAttention
+from .pooling import AttentionPooling, PoolingOutput
 from .positions import (
     ALiBi,
     LearnedPositionalEmbedding,
@@ -29,6 +31,7 @@ from .scores import (
     make_score,
     register_score,
 )
+from .tagger import SequenceTagger, TaggerOutput
 
 __all__ = [
     "Attention",
@@ -59,4 +62,10 @@ __all__ = [
     "SmallResNet",
     "RegionEncoder",
     "ResidualBlock",
+    "AttentionPooling",
+    "PoolingOutput",
+    "SelfAttention2d",
+    "FeatureAttentionOutput",
+    "SequenceTagger",
+    "TaggerOutput",
 ]

@@ -1,0 +1,62 @@
+"""`qkv train classifier` end to end on a folder of class subfolders, and the folder reader."""
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from qkv.cli.main import main
+from qkv.data.image_folders import read_image_folder, split_of
+from qkv.errors import DataError, MissingFileError
+
+
+def _folder(root, per_class=40):
+    """Two classes a colour apart: red squares and blue squares, at random places."""
+    rng = np.random.default_rng(0)
+    for name, colour in (("blue", (30, 60, 220)), ("red", (220, 40, 40))):
+        (root / name).mkdir(parents=True)
+        for index in range(per_class):
+            pixels = np.full((20, 24, 3), 128, dtype=np.uint8)
+            y, x = rng.integers(0, 10, size=2)
+            pixels[y : y + 8, x : x + 8] = colour
+            Image.fromarray(pixels).save(root / name / f"{index:03d}.png")
+    return root
+
+
+def test_the_folder_reader_splits_by_path_and_names_classes(tmp_path):
+    root = _folder(tmp_path / "pictures")
+    splits = {s: read_image_folder(root, s, image_size=16) for s in ("train", "valid", "test")}
+    assert splits["train"].classes == ("blue", "red")
+    assert sum(len(s) for s in splits.values()) == 80
+    assert splits["train"].images.shape[1:] == (3, 16, 16)
+    assert split_of("red/001.png") == split_of("red/001.png")
+    with pytest.raises(MissingFileError):
+        read_image_folder(tmp_path / "nowhere", "train", image_size=16)
+    (tmp_path / "one" / "only").mkdir(parents=True)
+    with pytest.raises(DataError, match="at least two"):
+        read_image_folder(tmp_path / "one", "train", image_size=16)
+
+
+def test_train_classifier_command_on_a_folder_beats_chance(tmp_path, capsys):
+    root = _folder(tmp_path / "pictures")
+    args = ["train", "classifier", "--data", str(root), "--image-size", "16"]
+    args += ["--out", str(tmp_path / "run"), "--max-steps", "40", "--max-tokens", "16"]
+    args += ["--warmup-steps", "5", "--valid-size", "8"]
+    args += ["--feature-dim", "16", "--threads", "1", "--log-every", "10", "--json"]
+    assert main(args) == 0
+    scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert scores["accuracy"] > 0.5 and scores["count"] >= 1  # chance is 0.5 at best
+    assert (tmp_path / "run" / "log.jsonl").is_file()
+
+
+def test_train_classifier_help_has_an_example(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "classifier", "--help"])
+    assert "example:" in capsys.readouterr().out
+
+
+def test_a_bad_pool_is_one_clear_line(tmp_path, capsys):
+    args = ["train", "classifier", "--data", "fashion-mnist", "--pool", "last"]
+    assert main([*args, "--out", str(tmp_path / "run")]) == 2
+    assert "--pool last" in capsys.readouterr().err
