@@ -41,7 +41,16 @@ def test_the_folder_reader_splits_by_path_and_names_classes(tmp_path):
 def test_train_classifier_command_on_a_folder_beats_chance(tmp_path, capsys):
     root = _folder(tmp_path / "pictures")
     args = ["train", "classifier", "--data", str(root), "--image-size", "16"]
-    args += ["--out", str(tmp_path / "run"), "--max-steps", "40", "--max-tokens", "16"]
+    args += [
+        "--out",
+        str(tmp_path / "run"),
+        "--max-steps",
+        "40",
+        "--max-tokens",
+        "8",
+        "--epochs",
+        "0",
+    ]
     args += ["--warmup-steps", "5", "--valid-size", "8"]
     args += ["--feature-dim", "16", "--threads", "1", "--log-every", "10", "--json"]
     assert main(args) == 0
@@ -60,3 +69,15 @@ def test_a_bad_pool_is_one_clear_line(tmp_path, capsys):
     args = ["train", "classifier", "--data", "fashion-mnist", "--pool", "last"]
     assert main([*args, "--out", str(tmp_path / "run")]) == 2
     assert "--pool last" in capsys.readouterr().err
+
+
+def test_scene_classes_label_one_object_scenes_by_colour_and_shape():
+    from qkv.data.labelled_images import SCENE_CLASSES, scene_classes
+    from qkv.data.scenes import scene_dataset
+
+    items = scene_classes("valid", image_size=32, size=8)
+    assert items.images.shape == (8, 3, 32, 32) and len(SCENE_CLASSES) == 18
+    singles = [e for e in scene_dataset("valid", image_size=32, size=72) if len(e.objects) == 1]
+    for label, example in zip(items.labels.tolist(), singles):
+        obj = example.objects[0]
+        assert SCENE_CLASSES[label] == f"{obj.colour} {obj.shape}"

@@ -8,7 +8,7 @@ shipped).
   that attends can read the marked frame alone.
 - ``task="per-frame"`` (many-to-many): 8-16 frames, each labelled with its own class; the
   frames come in runs of 2-5 items of one class, and about 30% of frames are heavily
-  occluded by a grey square covering 40-60% of the picture, so a model that looks at
+  occluded by a grey square covering 41-62% of the picture, so a model that looks at
   neighbouring frames can recover what one frame alone does not show.
 
 Splits draw from disjoint source images: "train" from the first 55,000 Fashion-MNIST

@@ -112,7 +112,9 @@ class ClassificationData:
         else:
             self.source_lengths = [1] * len(items)
         frames = task == "per-frame"
-        self.target_lengths = [1 + (n if frames else 1) for n in self.source_lengths]
+        # labels per item (the target's <s> is not counted), so that the sampler's
+        # max(source, target) is the number of frames: --max-tokens counts frames
+        self.target_lengths = [n if frames else 1 for n in self.source_lengths]
 
     def __len__(self) -> int:
         return len(self.source_lengths)

@@ -35,14 +35,16 @@ def plot_classifier_attention(
     model.eval()
     device = next(model.parameters()).device
     batch = data.collate(list(range(min(count, len(data))))).to(device)
-    attention = model.classify(batch.source, need_attention=True).attention or {}
+    output = model.classify(batch.source, need_attention=True)
+    attention = output.attention or {}
     if "frames" in attention:
+        guesses = output.logits[:, 0, 1:].argmax(dim=-1).tolist()  # class ids (no <pad>)
         weights = attention["frames"][0][:, 0].cpu()  # (B, T)
         clips = [data.items.frames(i).float() / 255.0 for i in range(len(weights))]
         marked = [data.items.clips[i].marked for i in range(len(weights))]
         titles = [
-            f"{data.classes[data.items.clips[i].label]}: {float(weights[i, marked[i]]):.0%} "
-            "of the weight on the marked frame"
+            f"{data.classes[data.items.clips[i].label]} (predicted {data.classes[guesses[i]]}): "
+            f"{float(weights[i, marked[i]]):.0%} of the weight on the marked frame"
             for i in range(len(weights))
         ]
         rows = [w[: len(clip)] for w, clip in zip(weights, clips)]
