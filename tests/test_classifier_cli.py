@@ -81,3 +81,12 @@ def test_scene_classes_label_one_object_scenes_by_colour_and_shape():
     for label, example in zip(items.labels.tolist(), singles):
         obj = example.objects[0]
         assert SCENE_CLASSES[label] == f"{obj.colour} {obj.shape}"
+
+
+def test_the_default_budget_follows_the_data(tmp_path):
+    from qkv.tasks.classifier import ClassifierSetup, default_budget
+
+    assert default_budget(ClassifierSetup(data="fashion-mnist")) == {"max_tokens": 512, "epochs": 2}
+    assert default_budget(ClassifierSetup(data="shapes")) == {"max_tokens": 64, "epochs": 5}
+    assert default_budget(ClassifierSetup(data="clips", task="per-frame"))["epochs"] == 1
+    assert default_budget(ClassifierSetup(data=str(tmp_path)))["max_tokens"] == 64

@@ -13,9 +13,12 @@ from .options import add_train_options, train_config_from
 __all__ = ["register", "add_train_parser", "add_classify_parser"]
 
 #: The trainer's defaults for classification (the other tasks keep their own).
+#: --max-tokens and --epochs default to None here: they follow the data (default_budget).
 TRAIN_DEFAULTS = dict(
-    lr=2e-3, warmup_steps=100, label_smoothing=0.0, validate_every=250, max_tokens=512, epochs=2
+    lr=2e-3, warmup_steps=100, label_smoothing=0.0, validate_every=250, max_tokens=None, epochs=None
 )
+_BUDGET_HELP = "default for classification: by the data (fashion-mnist 512 / 2 epochs; 64-px "
+_BUDGET_HELP += "pictures 64 / 5 epochs; clips 512 frames / 1 epoch)"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -86,12 +89,15 @@ def add_train_parser(tasks: argparse._SubParsersAction) -> None:
     for action in parser._actions:
         if action.dest in TRAIN_DEFAULTS:
             action.help = f"default for classification: {TRAIN_DEFAULTS[action.dest]}"
+            if TRAIN_DEFAULTS[action.dest] is None:
+                action.help = _BUDGET_HELP
 
 
 def _train_classifier(args: argparse.Namespace) -> int:
     from ..tasks.classifier import (
         ClassifierSetup,
         classification_data,
+        default_budget,
         evaluate_classifier,
         load_classifier,
         train_classifier,
@@ -110,6 +116,9 @@ def _train_classifier(args: argparse.Namespace) -> int:
         positions=not args.no_positions,
         dropout=args.dropout,
     )
+    for name, value in default_budget(setup).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     result = train_classifier(setup, train_config_from(args), args.out, resume=args.resume)
     print(
         f"done: {result.steps} steps, {result.epochs} epochs, {result.elapsed:.0f} s, "
