@@ -6,6 +6,7 @@ import torch
 
 from qkv.data.clips import ClipSet, make_clips
 from qkv.data.fashion_mnist import FASHION_MNIST_DIR
+from qkv.data.labelled_images import LabelledImages
 from qkv.errors import InputError
 from qkv.models import (
     CaptionerConfig,
@@ -175,8 +176,19 @@ def test_attention_figures_are_written(tmp_path):
     model = ClipClassifier(ClassifierConfig(feature_attention=True, **CONFIG))
     [frames] = plot_classifier_attention(model, data, tmp_path / "frames.png", count=3)
     assert frames.stat().st_size > 1000
-    model = FrameTagger(ClassifierConfig(feature_attention=True, **CONFIG))
-    maps = plot_classifier_attention(model, data, tmp_path / "maps.png", count=2)
+    pictures = LabelledImages(
+        torch.randint(0, 256, (3, 1, 28, 28), dtype=torch.uint8), [0, 1, 2], tuple("abc")
+    )
+    model = ImageClassifier(ClassifierConfig(feature_attention=True, **CONFIG))
+    maps = plot_classifier_attention(
+        model, ClassificationData(pictures, "image"), tmp_path / "maps.png", count=2
+    )
     assert [p.name for p in maps] == ["maps-0.png", "maps-1.png"]
+    tagger = FrameTagger(ClassifierConfig(tagger_layers=1, **CONFIG))
+    [heads] = plot_classifier_attention(
+        tagger, _synthetic_clips("per-frame", 2, 0), tmp_path / "h.png", count=1
+    )
+    assert heads.name == "h.png" and heads.stat().st_size > 1000
+    alone = FrameTagger(ClassifierConfig(tagger_layers=0, **CONFIG))
     with pytest.raises(InputError, match="--feature-attention"):
-        plot_classifier_attention(FrameTagger(ClassifierConfig(**CONFIG)), data, tmp_path / "x.png")
+        plot_classifier_attention(alone, data, tmp_path / "x.png")

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from ..plotting import plot_frame_attention, plot_image_attention
+from ..plotting import plot_alignment_grid, plot_frame_attention, plot_image_attention
 from .classifier import ClassificationData
 
 __all__ = ["plot_classifier_attention", "query_positions"]
@@ -27,8 +27,10 @@ def plot_classifier_attention(
 ) -> list[Path]:
     """Draw the attention of the first ``count`` items of ``data``: frame weights for a
     clip classifier pooling by attention (one PNG, one row per clip, the marked frame
-    outlined); else the feature-map self-attention of ``count`` pictures (frames) for the
-    positions of :func:`query_positions`, one PNG each (``<stem>-<i>.png`` when several)."""
+    outlined); the last block's heads over the frames for a frame tagger (frame x frame,
+    one PNG per clip); else the feature-map self-attention of ``count`` pictures (first
+    frames) for the positions of :func:`query_positions`, one PNG per picture.  Several
+    PNGs are named ``<stem>-<i>.png``."""
     path = Path(path)
     if path.suffix.lower() != ".png":
         raise InputError(f"--attention-out {str(path)!r} must be a .png file")
@@ -49,6 +51,8 @@ def plot_classifier_attention(
         ]
         rows = [w[: len(clip)] for w, clip in zip(weights, clips)]
         return [plot_frame_attention(clips, rows, path, titles=titles, highlight=marked)]
+    if "self" in attention:
+        return _plot_tagger(attention["self"][-1].cpu(), data, path, count)
     if not model.config.feature_attention:
         raise InputError(
             "this model has neither attention pooling over frames nor feature-map attention "
@@ -61,9 +65,28 @@ def plot_classifier_attention(
     queries = query_positions(grid)
     out = []
     for index in range(min(count, len(pictures))):
-        target = path if count == 1 else path.with_name(f"{path.stem}-{index}{path.suffix}")
+        target = _numbered(path, index, count)
         picture = pictures[index].cpu().expand(3, -1, -1)
         rows = maps[index, [r * grid + c for r, c in queries]]  # (Q, P)
         words = [f"query ({r}, {c})" for r, c in queries]
         out.append(plot_image_attention(picture, words, rows, target, grid=(grid, grid)))
+    return out
+
+
+def _numbered(path: Path, index: int, count: int) -> Path:
+    return path if count == 1 else path.with_name(f"{path.stem}-{index}{path.suffix}")
+
+
+def _plot_tagger(weights, data: ClassificationData, path: Path, count: int) -> list[Path]:
+    """weights (B, H, T, T) of the tagger's last block; frames named by class, * = occluded."""
+    out = []
+    for index in range(min(count, len(weights))):
+        clip = data.items.clips[index]
+        names = [
+            f"{t} {data.classes[c]}{'*' if box is not None else ''}"
+            for t, (c, box) in enumerate(zip(clip.labels, clip.occluders))
+        ]
+        heads = weights[index, :, : len(clip), : len(clip)]  # (H, T, T)
+        target = _numbered(path, index, count)
+        out.append(plot_alignment_grid(heads, names, names, target))
     return out
