@@ -26,6 +26,7 @@ from ..errors import InputError, MissingFileError
 from ..models import build_model
 from ..models.classifier import CLIP_POOLS, IMAGE_POOLS, PAD_FRAME, ClassifierConfig
 from ..training import TrainConfig, TrainResult, load_checkpoint, train
+from .classifier_eval import ClassifierScores, evaluate_classifier
 
 __all__ = [
     "IMAGE_DATA",
@@ -231,83 +232,3 @@ def load_classifier(path: str | Path, *, device: str = "cpu") -> tuple[nn.Module
         )
     setup = ClassifierSetup(**checkpoint.metadata["setup"])
     return checkpoint.model.eval(), setup
-
-
-# ---------------------------------------------------------------------------- scoring
-
-
-@dataclass
-class ClassifierScores:
-    """accuracy: share of labels right (per clip, picture or frame).  For per-frame clips,
-    occluded_accuracy / clear_accuracy: the same on occluded / unoccluded frames.  For clips
-    pooled by attention, marked_weight: mean attention weight on the marked frame (a
-    uniform pooling gives 1 / frames, ``uniform_weight``)."""
-
-    accuracy: float
-    count: int
-    occluded_accuracy: float | None = None
-    clear_accuracy: float | None = None
-    marked_weight: float | None = None
-    uniform_weight: float | None = None
-
-    def as_dict(self) -> dict[str, float]:
-        return {k: float(v) for k, v in dataclasses.asdict(self).items() if v is not None}
-
-
-@torch.no_grad()
-def evaluate_classifier(
-    model: nn.Module, data: ClassificationData, *, batch_size: int = 64
-) -> ClassifierScores:
-    """Score ``model`` (in eval mode; its mode is restored) on every item of ``data``."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    right, total, occluded_right, occluded, marked, uniform = [], [], [], [], [], []
-    try:
-        for start in range(0, len(data), batch_size):
-            indices = list(range(start, min(start + batch_size, len(data))))
-            batch = data.collate(indices).to(device)
-            output = model.classify(batch.source, need_attention=True)
-            gold = batch.target_output  # (B, T)
-            guess = output.logits[..., 1:].argmax(dim=-1) + 1  # never the <pad> id
-            hit = (guess == gold) & (gold != PAD_ID)
-            right.append(hit.sum().item())
-            total.append((gold != PAD_ID).sum().item())
-            if isinstance(data.items, ClipSet):
-                _clip_facts(
-                    data, indices, hit, output.attention, occluded_right, occluded, marked, uniform
-                )
-    finally:
-        model.train(was_training)
-    return ClassifierScores(
-        accuracy=sum(right) / max(sum(total), 1),
-        count=sum(total),
-        occluded_accuracy=_share(occluded_right, occluded),
-        clear_accuracy=_share(
-            [r - o for r, o in zip(right, occluded_right)], [t - o for t, o in zip(total, occluded)]
-        )
-        if occluded
-        else None,
-        marked_weight=sum(marked) / len(marked) if marked else None,
-        uniform_weight=sum(uniform) / len(uniform) if uniform else None,
-    )
-
-
-def _share(hits: list[float], counts: list[float]) -> float | None:
-    return sum(hits) / sum(counts) if counts and sum(counts) else None
-
-
-def _clip_facts(data, indices, hit, attention, occluded_right, occluded, marked, uniform) -> None:
-    clips = [data.items.clips[i] for i in indices]
-    if data.task == "per-frame":
-        mask = torch.zeros_like(hit)
-        for row, clip in enumerate(clips):
-            for t, box in enumerate(clip.occluders):
-                mask[row, t] = box is not None
-        occluded_right.append((hit & mask).sum().item())
-        occluded.append(mask.sum().item())
-    elif attention and "frames" in attention:
-        weights = attention["frames"][0][:, 0]  # (B, T)
-        for row, clip in enumerate(clips):
-            marked.append(weights[row, clip.marked].item())
-            uniform.append(1.0 / len(clip))
