@@ -59,10 +59,23 @@ def test_train_classifier_command_on_a_folder_beats_chance(tmp_path, capsys):
     assert (tmp_path / "run" / "log.jsonl").is_file()
 
 
-def test_train_classifier_help_has_an_example(capsys):
+@pytest.mark.parametrize("command", [["train", "classifier"], ["classify"]])
+def test_the_commands_have_help_with_an_example(command, capsys):
     with pytest.raises(SystemExit):
-        main(["train", "classifier", "--help"])
+        main([*command, "--help"])
     assert "example:" in capsys.readouterr().out
+
+
+def test_classify_scores_a_checkpoint_and_refuses_a_bad_limit(tmp_path, capsys):
+    root = _folder(tmp_path / "pictures", per_class=12)
+    args = ["train", "classifier", "--data", str(root), "--image-size", "16", "--epochs", "0"]
+    args += ["--out", str(tmp_path / "run"), "--max-steps", "3", "--feature-dim", "8"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(["classify", "--checkpoint", str(tmp_path / "run"), "--split", "train"]) == 0
+    assert "accuracy:" in capsys.readouterr().out
+    assert main(["classify", "--checkpoint", str(tmp_path / "run"), "--limit", "0"]) == 2
+    assert "--limit 0" in capsys.readouterr().err
 
 
 def test_a_bad_pool_is_one_clear_line(tmp_path, capsys):
