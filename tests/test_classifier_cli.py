@@ -103,3 +103,12 @@ def test_the_default_budget_follows_the_data(tmp_path):
     assert default_budget(ClassifierSetup(data="shapes")) == {"max_tokens": 64, "epochs": 5}
     assert default_budget(ClassifierSetup(data="clips", task="per-frame"))["epochs"] == 1
     assert default_budget(ClassifierSetup(data=str(tmp_path)))["max_tokens"] == 64
+
+
+def test_a_classifier_run_resumes_where_it_stopped(tmp_path, capsys):
+    root = _folder(tmp_path / "pictures", per_class=12)
+    args = ["train", "classifier", "--data", str(root), "--image-size", "16", "--epochs", "0"]
+    args += ["--out", str(tmp_path / "run"), "--feature-dim", "8", "--max-tokens", "4"]
+    assert main([*args, "--max-steps", "3"]) == 0
+    assert main([*args, "--max-steps", "5", "--resume"]) == 0
+    assert "done: 5 steps" in capsys.readouterr().out
