@@ -13,6 +13,7 @@ from typing import NoReturn
 from ..errors import QkvError
 from . import (
     captioning_commands,
+    classifier_commands,
     curve_commands,
     demo_commands,
     explore_commands,
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     captioning_commands.register(commands)
     curve_commands.register(commands)
     explore_commands.register(commands)
+    classifier_commands.register(commands)
     return parser
 
 

@@ -10,8 +10,10 @@ from .blocks import (
 )
 from .cache import AttentionCache, KVCache, StaticKV
 from .cnn import RegionEncoder, ResidualBlock, SmallResNet
+from .feature_attention import FeatureAttentionOutput, SelfAttention2d
 from .feedforward import FeedForward
 from .multihead import MultiHeadAttention
+from .pooling import AttentionPooling, PoolingOutput
 from .position_registry import (
     available_positions,
     build_attention_positions,
@@ -38,6 +40,7 @@ from .scores import (
     make_score,
     register_score,
 )
+from .tagger import SequenceTagger, TaggerOutput
 
 __all__ = [
     "Attention",
@@ -77,4 +80,10 @@ __all__ = [
     "SmallResNet",
     "RegionEncoder",
     "ResidualBlock",
+    "AttentionPooling",
+    "PoolingOutput",
+    "SelfAttention2d",
+    "FeatureAttentionOutput",
+    "SequenceTagger",
+    "TaggerOutput",
 ]

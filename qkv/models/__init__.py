@@ -7,6 +7,12 @@ Importing this package registers every model type (``transformer``, ``rnn-attent
 from .base import Decodable, Seq2SeqOutput, StepOutput, select_state
 from .bert import BertConfig, BertModel
 from .captioner import Captioner, CaptionerConfig
+from .classifier import (
+    ClassifierConfig,
+    ClipClassifier,
+    FrameTagger,
+    ImageClassifier,
+)
 from .registry import available_models, build_model, config_to_dict, model_type_of, register_model
 from .rnn import RNNBaseline, RNNConfig, RNNTranslator
 from .transformer import Transformer, TransformerConfig
@@ -30,4 +36,8 @@ __all__ = [
     "CaptionerConfig",
     "BertModel",
     "BertConfig",
+    "ClassifierConfig",
+    "ImageClassifier",
+    "ClipClassifier",
+    "FrameTagger",
 ]

@@ -1,0 +1,245 @@
+"""Classifiers built on the captioner's CNN: one image -> one label, one clip -> one label
+(many-to-one), one clip -> a label per frame (many-to-many).
+
+All three share :class:`FrameEncoder`: the captioner's region encoder (``RegionEncoder`` over
+``SmallResNet`` or a torchvision trunk, built by the captioner's own builder, so its weights
+transfer as they are), optionally ``SelfAttention2d`` over its region grid, then the regions
+pooled to one vector per picture (mean, or a learned attention query).
+
+Labels ride the trainer's sequence format: class c is label id c + 1 and id 0 is ``<pad>``
+(no label: a padded frame), so the logits have K + 1 columns, column 0 being the pad id,
+which is never a target; predictions take the argmax over columns 1..K.  There is nothing
+to teacher-force, so ``target_input`` is ignored.  A clip batch pads short clips with
+frames of ``PAD_FRAME`` (real pixels lie in [0, 1]), and :func:`frame_mask` finds them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from qkv.errors import InputError
+from qkv.layers import AttentionPooling, SelfAttention2d, SequenceTagger
+
+from .base import Seq2SeqOutput
+from .captioner_config import SMALL_RESNET, TORCHVISION_PREFIX
+from .captioner_encoder import build_region_encoder
+from .registry import register_model
+
+__all__ = [
+    "ClassifierConfig",
+    "FrameEncoder",
+    "ImageClassifier",
+    "ClipClassifier",
+    "FrameTagger",
+    "PAD_FRAME",
+    "frame_mask",
+    "IMAGE_POOLS",
+    "CLIP_POOLS",
+]
+
+PAD_FRAME = -1.0
+IMAGE_POOLS = ("mean", "attention")
+CLIP_POOLS = ("attention", "mean", "last")
+
+
+@dataclass(frozen=True)
+class ClassifierConfig:
+    """num_classes: K.  channels: 1 (grey, repeated to RGB for the encoder) or 3.
+    image_size, encoder, pretrained_encoder, feature_dim, grid: as in ``CaptionerConfig``
+    (the same encoder is built from them).  feature_attention: ``SelfAttention2d`` over the
+    grid x grid regions.  region_pool: regions -> picture vector ("mean" or "attention").
+    pool: frames -> clip vector for the clip classifier ("attention", "mean" or "last", the
+    final state of a GRU over the frames).  tagger_layers / num_heads / positions: the frame
+    tagger's self-attention blocks (0 layers = each frame classified alone).  dropout: before
+    the output layer (and inside the tagger)."""
+
+    num_classes: int
+    channels: int = 1
+    image_size: int = 28
+    encoder: str = SMALL_RESNET
+    pretrained_encoder: bool = False
+    feature_dim: int = 64
+    grid: int = 7
+    feature_attention: bool = False
+    region_pool: str = "mean"
+    pool: str = "attention"
+    tagger_layers: int = 2
+    num_heads: int = 4
+    positions: bool = True
+    dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.num_classes < 2:
+            raise InputError(f"num_classes={self.num_classes} must be at least 2")
+        if self.channels not in (1, 3):
+            raise InputError(f"channels={self.channels} must be 1 (grey) or 3 (RGB)")
+        if self.encoder != SMALL_RESNET and not self.encoder.startswith(TORCHVISION_PREFIX):
+            raise InputError(
+                f"encoder={self.encoder!r}: use {SMALL_RESNET!r} or torchvision:<name>"
+            )
+        for name in ("image_size", "feature_dim", "grid", "num_heads"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name}={getattr(self, name)} must be positive")
+        if self.region_pool not in IMAGE_POOLS:
+            raise InputError(f"region_pool={self.region_pool!r} must be one of {IMAGE_POOLS}")
+        if self.pool not in CLIP_POOLS:
+            raise InputError(f"pool={self.pool!r} must be one of {CLIP_POOLS}")
+        if self.tagger_layers < 0 or not 0.0 <= self.dropout < 1.0:
+            raise InputError(
+                f"tagger_layers={self.tagger_layers} must be >= 0, dropout={self.dropout} in [0, 1)"
+            )
+
+
+def frame_mask(clips: Tensor) -> Tensor:
+    """Which frames of a padded clip batch are real.  Shapes: (B, T, C, S, S) -> (B, T) bool."""
+    return clips[:, :, 0, 0, 0] != PAD_FRAME
+
+
+class FrameEncoder(nn.Module):
+    """Pictures -> regions (captioner encoder [+ SelfAttention2d]) -> one vector each.
+
+    Shapes: images (N, C, S, S) in [0, 1] -> (vectors (N, D), attention dict)."""
+
+    def __init__(self, config: ClassifierConfig):
+        super().__init__()
+        self.channels = config.channels
+        # build_region_encoder reads encoder, pretrained_encoder, feature_dim, image_size and
+        # grid, which ClassifierConfig carries with the same meaning.
+        self.encoder = build_region_encoder(config)  # type: ignore[arg-type]
+        self.feature_attention = (
+            SelfAttention2d(config.feature_dim) if config.feature_attention else None
+        )
+        self.region_pool = (
+            AttentionPooling(config.feature_dim) if config.region_pool == "attention" else None
+        )
+        self.grid = config.grid
+
+    def forward(self, images: Tensor, *, need_attention: bool = False) -> tuple[Tensor, dict]:
+        if images.dim() != 4 or images.shape[1] != self.channels:
+            raise InputError(
+                f"images must be (N, {self.channels}, S, S), got {tuple(images.shape)}"
+            )
+        if self.channels == 1:
+            images = images.expand(-1, 3, -1, -1)  # grey -> RGB for the ImageNet-normalised CNN
+        regions = self.encoder(images)  # (N, P, D)
+        attention: dict[str, list[Tensor]] = {}
+        if self.feature_attention is not None:
+            grid_map = regions.transpose(1, 2).unflatten(2, (self.grid, self.grid))  # (N, D, g, g)
+            out = self.feature_attention(grid_map, need_weights=need_attention)
+            regions = out.output.flatten(2).transpose(1, 2)  # (N, P, D)
+            if out.weights is not None:
+                attention["feature"] = [out.weights]  # (N, P, P)
+        if self.region_pool is None:
+            return regions.mean(dim=1), attention  # (N, D)
+        pooled = self.region_pool(regions)
+        if need_attention:
+            attention["regions"] = [pooled.weights]  # (N, 1, P)
+        return pooled.pooled[:, 0], attention
+
+
+class ImageClassifier(nn.Module):
+    """One picture, one label.  Shapes: source (B, C, S, S) -> logits (B, 1, K + 1)."""
+
+    def __init__(self, config: ClassifierConfig):
+        super().__init__()
+        self.config = config
+        self.frames = FrameEncoder(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.output = nn.Linear(config.feature_dim, config.num_classes + 1)
+
+    def classify(self, source: Tensor, *, need_attention: bool = False) -> Seq2SeqOutput:
+        vectors, attention = self.frames(source, need_attention=need_attention)
+        logits = self.output(self.dropout(vectors)).unsqueeze(1)  # (B, 1, K + 1)
+        return Seq2SeqOutput(logits, attention or None)
+
+    def forward(self, source: Tensor, target_input: Tensor | None = None) -> Seq2SeqOutput:
+        return self.classify(source)
+
+
+def _encode_frames(
+    frames: FrameEncoder, clips: Tensor, need_attention: bool
+) -> tuple[Tensor, Tensor, dict]:
+    """Encode the real frames only and put them back in place (zeros at the padding).
+    Shapes: clips (B, T, C, S, S) -> (vectors (B, T, D), mask (B, T), attention)."""
+    if clips.dim() != 5:
+        raise InputError(f"clips must be (B, T, C, S, S), got {tuple(clips.shape)}")
+    mask = frame_mask(clips)  # (B, T)
+    vectors, attention = frames(clips[mask], need_attention=need_attention)  # (N, D)
+    out = vectors.new_zeros(*mask.shape, vectors.shape[-1])  # (B, T, D)
+    out[mask] = vectors
+    return out, mask, attention
+
+
+class ClipClassifier(nn.Module):
+    """Many-to-one: frame vectors pooled over time ("attention": a learned query's weighted
+    mean; "mean": the plain mean; "last": a GRU's state after the last real frame), then a
+    linear layer.  Shapes: source (B, T, C, S, S) -> logits (B, 1, K + 1); with
+    ``need_attention`` the pooling weights ``attention["frames"] = [(B, 1, T)]``."""
+
+    def __init__(self, config: ClassifierConfig):
+        super().__init__()
+        self.config = config
+        self.frames = FrameEncoder(config)
+        width = config.feature_dim
+        self.pooling = AttentionPooling(width) if config.pool == "attention" else None
+        self.recurrent = nn.GRU(width, width, batch_first=True) if config.pool == "last" else None
+        self.dropout = nn.Dropout(config.dropout)
+        self.output = nn.Linear(width, config.num_classes + 1)
+
+    def classify(self, source: Tensor, *, need_attention: bool = False) -> Seq2SeqOutput:
+        vectors, mask, attention = _encode_frames(self.frames, source, need_attention)
+        if self.pooling is not None:
+            pooled = self.pooling(vectors, mask=mask)
+            clip = pooled.pooled[:, 0]  # (B, D)
+            if need_attention:
+                attention["frames"] = [pooled.weights]  # (B, 1, T)
+        elif self.recurrent is not None:
+            states, _ = self.recurrent(vectors)  # (B, T, D); padding comes after real frames
+            last = mask.sum(dim=1) - 1  # (B,)
+            clip = states[torch.arange(len(states), device=states.device), last]
+        else:
+            weights = mask.to(vectors.dtype) / mask.sum(dim=1, keepdim=True).clamp(min=1)
+            clip = (weights.unsqueeze(-1) * vectors).sum(dim=1)  # (B, D)
+        logits = self.output(self.dropout(clip)).unsqueeze(1)  # (B, 1, K + 1)
+        return Seq2SeqOutput(logits, attention or None)
+
+    def forward(self, source: Tensor, target_input: Tensor | None = None) -> Seq2SeqOutput:
+        return self.classify(source)
+
+
+class FrameTagger(nn.Module):
+    """Many-to-many: frame vectors -> ``SequenceTagger`` (self-attention blocks over the
+    frames, then a label per frame).  Shapes: source (B, T, C, S, S) -> logits (B, T, K + 1);
+    with ``need_attention`` each block's weights ``attention["self"] = [(B, H, T, T)]``."""
+
+    def __init__(self, config: ClassifierConfig):
+        super().__init__()
+        self.config = config
+        self.frames = FrameEncoder(config)
+        self.tagger = SequenceTagger(
+            config.feature_dim,
+            config.num_classes + 1,
+            num_layers=config.tagger_layers,
+            d_model=max(config.feature_dim, 2 * config.num_heads),
+            num_heads=config.num_heads,
+            dropout=config.dropout,
+            positions=config.positions,
+        )
+
+    def classify(self, source: Tensor, *, need_attention: bool = False) -> Seq2SeqOutput:
+        vectors, mask, attention = _encode_frames(self.frames, source, need_attention)
+        tagged = self.tagger(vectors, mask=mask, need_weights=need_attention)
+        if tagged.attention:
+            attention["self"] = tagged.attention
+        return Seq2SeqOutput(tagged.logits, attention or None)  # (B, T, K + 1)
+
+    def forward(self, source: Tensor, target_input: Tensor | None = None) -> Seq2SeqOutput:
+        return self.classify(source)
+
+
+register_model("image-classifier", ClassifierConfig, ImageClassifier)
+register_model("clip-classifier", ClassifierConfig, ClipClassifier)
+register_model("frame-tagger", ClassifierConfig, FrameTagger)

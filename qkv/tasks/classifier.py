@@ -1,0 +1,234 @@
+"""Training and scoring classifiers: pictures (Fashion-MNIST, the scenes' colour + shape, a
+folder of class subfolders) and clips (one label per clip, or one per frame).
+
+Batches follow the trainer's format (``qkv.models.classifier``): source (B, C, S, S) floats
+in [0, 1] for pictures, (B, T, C, S, S) for clips padded with ``PAD_FRAME`` frames; target
+``<s>`` then the label id(s) (class + 1), padded with ``<pad>``.  The token budget
+``max_tokens`` counts frames: a picture is one frame, a clip its number of frames.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..data import Batch
+from ..data.batch import BOS_ID, PAD_ID
+from ..data.clips import CLIP_TASKS, ClipSet, clip_split
+from ..data.image_folders import read_image_folder
+from ..data.labelled_images import LabelledImages, fashion_mnist_split, scene_classes
+from ..errors import InputError, MissingFileError
+from ..models import build_model
+from ..models.classifier import CLIP_POOLS, IMAGE_POOLS, PAD_FRAME, ClassifierConfig
+from ..training import TrainConfig, TrainResult, load_checkpoint, train
+from .classifier_eval import ClassifierScores, evaluate_classifier
+
+__all__ = [
+    "IMAGE_DATA",
+    "ClassifierSetup",
+    "ClassificationData",
+    "ClassifierScores",
+    "classification_data",
+    "build_classifier",
+    "train_classifier",
+    "evaluate_classifier",
+    "load_classifier",
+    "default_budget",
+]
+
+#: Built-in ``--data`` values besides "clips" and a folder path.
+IMAGE_DATA = ("fashion-mnist", "shapes")
+CLIPS = "clips"
+_MODEL_TYPES = {"image": "image-classifier", "clip": "clip-classifier", "per-frame": "frame-tagger"}
+
+
+@dataclass(frozen=True)
+class ClassifierSetup:
+    """data: "fashion-mnist", "shapes" (one-object scenes: colour + shape), "clips" or a
+    folder of class subfolders.  task: "image" for pictures; "clip" or "per-frame" for clips.
+    pool: pictures pool their regions by "mean" (default) or "attention"; clips pool their
+    frames by "attention" (default), "mean" or "last".  feature_attention: SelfAttention2d
+    over the CNN's last feature map.  image_size: None = 28 (Fashion-MNIST, clips) or 64.
+    feature_dim: the CNN's width; None = 32 for clips (the CNN runs on every frame), else 64.
+    train_size / valid_size: the first N items of the split (None: all).  The remaining
+    fields are the ``ClassifierConfig`` fields of the same names."""
+
+    data: str = "fashion-mnist"
+    task: str | None = None
+    pool: str | None = None
+    feature_attention: bool = False
+    image_size: int | None = None
+    train_size: int | None = None
+    valid_size: int | None = 1000
+    feature_dim: int | None = None
+    grid: int | None = None
+    tagger_layers: int = 2
+    positions: bool = True
+    dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        task = self.task or ("clip" if self.data == CLIPS else "image")
+        if (self.data == CLIPS) != (task in CLIP_TASKS):
+            raise InputError(
+                f"--task {task} does not fit --data {self.data}: clips take {CLIP_TASKS}, "
+                "pictures 'image'"
+            )
+        pools = CLIP_POOLS if task == "clip" else IMAGE_POOLS
+        pool = self.pool or pools[0]
+        if pool not in pools:
+            raise InputError(f"--pool {pool} is not one of {pools} for task {task!r}")
+        size = self.image_size or (64 if self.data in ("shapes",) or self._is_folder() else 28)
+        object.__setattr__(self, "task", task)
+        object.__setattr__(self, "pool", pool)
+        object.__setattr__(self, "image_size", size)
+        object.__setattr__(self, "grid", self.grid or (8 if size >= 64 else 7))
+        # clips run the CNN on every frame: a narrower one keeps a step affordable on a CPU
+        object.__setattr__(
+            self, "feature_dim", self.feature_dim or (32 if self.data == CLIPS else 64)
+        )
+        for name in ("train_size", "valid_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise InputError(f"{name}={value} must be a positive number of items or None")
+
+    def _is_folder(self) -> bool:
+        return self.data not in IMAGE_DATA + (CLIPS,)
+
+
+def default_budget(setup: ClassifierSetup) -> dict[str, int]:
+    """Batch size (``max_tokens``, in frames) and epochs that learn in a few minutes on a CPU
+    (measured, one thread): Fashion-MNIST 2 epochs of 512 pictures (216 updates, 86 % valid);
+    64-pixel pictures 5 epochs of 64 (the one-object scenes: 320 updates in about a minute,
+    97 %; at 2 epochs of 64 they were still at 59 %); clips 1 epoch of 512 frames (about 470
+    updates; 400 gave 77 % valid with attention pooling)."""
+    if setup.data == CLIPS:
+        return {"max_tokens": 512, "epochs": 1}
+    if setup.image_size >= 64:
+        return {"max_tokens": 64, "epochs": 5}
+    return {"max_tokens": 512, "epochs": 2}
+
+
+# ---------------------------------------------------------------------------- data
+
+
+class ClassificationData:
+    """Pictures or clips in the form the trainer reads (``TrainingData``)."""
+
+    def __init__(self, items: LabelledImages | ClipSet, task: str):
+        self.items, self.task = items, task
+        self.classes = items.classes
+        if isinstance(items, ClipSet):
+            self.source_lengths = [len(clip) for clip in items.clips]
+        else:
+            self.source_lengths = [1] * len(items)
+        frames = task == "per-frame"
+        # labels per item (the target's <s> is not counted), so that the sampler's
+        # max(source, target) is the number of frames: --max-tokens counts frames
+        self.target_lengths = [n if frames else 1 for n in self.source_lengths]
+
+    def __len__(self) -> int:
+        return len(self.source_lengths)
+
+    def labels(self, index: int) -> list[int]:
+        if isinstance(self.items, ClipSet):
+            clip = self.items.clips[index]
+            return list(clip.labels) if self.task == "per-frame" else [clip.label]
+        return [int(self.items.labels[index])]
+
+    def collate(self, indices: Sequence[int]) -> Batch:
+        if isinstance(self.items, ClipSet):
+            clips = [self.items.frames(i).float().div_(255.0) for i in indices]  # (T, 1, S, S)
+            longest = max(len(clip) for clip in clips)
+            source = torch.full((len(clips), longest, *clips[0].shape[1:]), PAD_FRAME)
+            for row, clip in enumerate(clips):
+                source[row, : len(clip)] = clip
+        else:
+            source = self.items.images[list(indices)].float().div_(255.0)  # (B, C, S, S)
+        labels = [self.labels(i) for i in indices]
+        target = torch.full((len(indices), 1 + max(map(len, labels))), PAD_ID, dtype=torch.long)
+        target[:, 0] = BOS_ID
+        for row, ids in enumerate(labels):
+            target[row, 1 : 1 + len(ids)] = torch.as_tensor(ids) + 1  # class c -> id c + 1
+        return Batch(source, target, torch.as_tensor(list(indices), dtype=torch.long))
+
+
+def classification_data(setup: ClassifierSetup, split: str, size: int | None = None):
+    """The ``split`` of the setup's data as :class:`ClassificationData`."""
+    if setup.data == CLIPS:
+        items: LabelledImages | ClipSet = clip_split(setup.task, split, size=size)
+    elif setup.data == "fashion-mnist":
+        items = fashion_mnist_split(split, size=size)
+    elif setup.data == "shapes":
+        items = scene_classes(split, image_size=setup.image_size, size=size)
+    elif Path(setup.data).is_dir():
+        items = read_image_folder(setup.data, split, image_size=setup.image_size, size=size)
+    else:
+        raise MissingFileError(
+            f"--data {setup.data!r} is neither one of {IMAGE_DATA + (CLIPS,)} nor a folder of "
+            "class subfolders"
+        )
+    return ClassificationData(items, setup.task)
+
+
+# ---------------------------------------------------------------------------- model
+
+
+def build_classifier(setup: ClassifierSetup, num_classes: int, channels: int) -> nn.Module:
+    """The model the setup describes (ClassifierConfig validates every value)."""
+    config = ClassifierConfig(
+        num_classes=num_classes,
+        channels=channels,
+        image_size=setup.image_size,
+        feature_dim=setup.feature_dim,
+        grid=setup.grid,
+        feature_attention=setup.feature_attention,
+        region_pool=setup.pool if setup.task == "image" else "mean",
+        pool=setup.pool if setup.task == "clip" else "attention",
+        tagger_layers=setup.tagger_layers,
+        positions=setup.positions,
+        dropout=setup.dropout,
+    )
+    return build_model(_MODEL_TYPES[setup.task], config)
+
+
+def train_classifier(
+    setup: ClassifierSetup, config: TrainConfig, out_dir: str | Path, *, resume: bool = False
+) -> TrainResult:
+    """Train; checkpoints go to ``out_dir``.  Each validation logs the loss and ``accuracy``
+    (and for clips ``occluded_accuracy`` / ``marked_weight``, see :func:`evaluate_classifier`)."""
+    train_data = classification_data(setup, "train", setup.train_size)
+    valid_data = classification_data(setup, "valid", setup.valid_size)
+    channels = int(train_data.collate([0]).source.shape[-3])
+    torch.manual_seed(config.seed)  # the same command twice builds the same initial model
+    model = build_classifier(setup, len(train_data.classes), channels)
+    metadata = {
+        "task": "classification",
+        "setup": dataclasses.asdict(setup),
+        "classes": list(train_data.classes),
+    }
+    return train(
+        model,
+        train_data,
+        valid_data,
+        config,
+        out_dir,
+        evaluate=lambda m: evaluate_classifier(m, valid_data).as_dict(),
+        metadata=metadata,
+        resume=resume,
+    )
+
+
+def load_classifier(path: str | Path, *, device: str = "cpu") -> tuple[nn.Module, ClassifierSetup]:
+    """A trained classifier (eval mode) and the setup it was trained with."""
+    checkpoint = load_checkpoint(path, map_location=device, load_tokenizers=False)
+    if checkpoint.model_type not in _MODEL_TYPES.values():
+        raise InputError(
+            f"{checkpoint.directory} holds a {checkpoint.model_type!r}, not a classifier"
+        )
+    setup = ClassifierSetup(**checkpoint.metadata["setup"])
+    return checkpoint.model.eval(), setup
