@@ -155,8 +155,8 @@ def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path):
     steps = 12
     reference = run_copy_training(tmp_path / "whole", max_steps=steps)
     out_dir = tmp_path / "killed"
-    # a forked child is a real process to kill, without paying torch's import time again
-    process = multiprocessing.get_context("fork").Process(
+    # a fresh (spawned) process: forking a parent whose thread pools ran can deadlock
+    process = multiprocessing.get_context("spawn").Process(
         target=slow_copy_training, args=(out_dir, steps)
     )
     process.start()

@@ -38,10 +38,10 @@ def test_two_processes_equal_one_process_with_the_concatenated_batches(tmp_path)
 
     single, initial, result = single_process_reference(tmp_path / "single", steps)
 
-    # fork: the children reuse this process's imports (torch alone takes seconds to import)
+    # spawn, not fork: a forked child of a parent whose thread pools ran can deadlock
     port = free_port()
     mp.start_processes(
-        distributed_worker, args=(2, port, str(tmp_path), steps), nprocs=2, start_method="fork"
+        distributed_worker, args=(2, port, str(tmp_path), steps), nprocs=2, start_method="spawn"
     )
 
     rank0 = torch.load(tmp_path / "params-0.pt")

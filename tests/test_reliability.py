@@ -40,8 +40,9 @@ def reference(tmp_path_factory) -> dict[str, torch.Tensor]:
 
 
 def start(target, out_dir: Path) -> multiprocessing.Process:
-    """A forked child training ``out_dir`` (a real process, without paying torch's import)."""
-    process = multiprocessing.get_context("fork").Process(target=target, args=(out_dir, STEPS))
+    """A child process training ``out_dir`` (spawned: forking a parent whose thread pools
+    ran can deadlock the child)."""
+    process = multiprocessing.get_context("spawn").Process(target=target, args=(out_dir, STEPS))
     process.start()
     return process
 

@@ -354,3 +354,28 @@ def test_cached_greedy_decoding_equals_uncached(positions):
         expected = generated[: generated.index(eos)] if eos in generated else generated
         assert cached.tokens[row] == expected
     assert cached.scores == pytest.approx(total.tolist(), abs=1e-4)
+
+
+def test_same_seed_gives_the_same_weights_in_every_process():
+    # The embeddings were once initialised in the order of a set, which follows memory
+    # addresses: the same seed then gave different models in different processes.
+    import subprocess
+    import sys
+
+    script = (
+        "import hashlib, torch\n"
+        "from qkv.models import build_model\n"
+        "from qkv.models.transformer_config import TransformerConfig\n"
+        "torch.manual_seed(0)\n"
+        "m = build_model('transformer', TransformerConfig.small("
+        "source_vocab_size=50, target_vocab_size=60))\n"
+        "print(hashlib.sha1(b''.join(p.detach().numpy().tobytes()"
+        " for p in m.parameters())).hexdigest())\n"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for _ in range(4)
+    }
+    assert len(digests) == 1

@@ -8,6 +8,11 @@ with a residual connection and a LayerNorm, in one of two orders:
   A pre-LN stack leaves its output un-normalised, so the stack owning the blocks adds a
   final LayerNorm (see ``qkv.models.transformer_stack``).
 
+Dropout acts at three sites, each with its own rate: ``dropout`` on the residual branches
+(the ``Dropout`` above), ``attention_dropout`` on the attention weights, and
+``activation_dropout`` on the feed-forward's hidden activations.  The last two default to
+``dropout`` (one rate everywhere, as in the paper and ``nn.TransformerEncoderLayer``).
+
 The parameter layout mirrors ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``
 (``bias=False`` included: no bias anywhere, LayerNorms too) so weights can be copied across
 (``qkv.models.transformer_stack.load_torch_transformer``).
@@ -74,7 +79,9 @@ class _ResidualBlock(nn.Module):
     Sublayers, in order: ``self_attention`` (with the attention ``positions`` component, if
     any), then ``cross_attention`` for a block whose ``has_cross_attention`` is True, then
     ``feed_forward``; each with its LayerNorm ``<name>_norm``.  ``bias=False`` drops every
-    bias, the LayerNorms' included, as PyTorch's ``bias=False`` layers do.
+    bias, the LayerNorms' included, as PyTorch's ``bias=False`` layers do.  ``dropout`` acts
+    on the residual branches; ``attention_dropout`` / ``activation_dropout`` (None = the
+    same as ``dropout``) on the attention weights / the feed-forward's hidden layer.
     """
 
     has_cross_attention = False
@@ -86,6 +93,8 @@ class _ResidualBlock(nn.Module):
         d_ff: int,
         *,
         dropout: float = 0.1,
+        attention_dropout: float | None = None,
+        activation_dropout: float | None = None,
         activation: str = "relu",
         norm_first: bool = False,
         layer_norm_eps: float = 1e-5,
@@ -93,14 +102,22 @@ class _ResidualBlock(nn.Module):
         positions: AttentionPositions | None = None,
     ):
         super().__init__()
-        if not 0.0 <= dropout < 1.0:
-            raise InputError(f"dropout={dropout} must be in [0, 1)")
+        attention_dropout = dropout if attention_dropout is None else attention_dropout
+        activation_dropout = dropout if activation_dropout is None else activation_dropout
+        rates = dict(
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            activation_dropout=activation_dropout,
+        )
+        for name, rate in rates.items():
+            if not 0.0 <= rate < 1.0:
+                raise InputError(f"{name}={rate} must be in [0, 1)")
         self.norm_first = norm_first
         self.dropout = nn.Dropout(dropout)
 
         def attention(positions: AttentionPositions | None = None) -> MultiHeadAttention:
             return MultiHeadAttention(
-                d_model, num_heads, bias=bias, dropout=dropout, positions=positions
+                d_model, num_heads, bias=bias, dropout=attention_dropout, positions=positions
             )
 
         def norm() -> nn.LayerNorm:
@@ -112,7 +129,7 @@ class _ResidualBlock(nn.Module):
             self.cross_attention = attention()  # positions act on self-attention only
             self.cross_attention_norm = norm()
         self.feed_forward = FeedForward(
-            d_model, d_ff, activation=activation, dropout=dropout, bias=bias
+            d_model, d_ff, activation=activation, dropout=activation_dropout, bias=bias
         )
         self.feed_forward_norm = norm()
 
@@ -136,9 +153,10 @@ class EncoderBlock(_ResidualBlock):
     """Multi-head self-attention, then a position-wise feed-forward network, each with a
     residual connection and LayerNorm.
 
-    ``EncoderBlock(d_model, num_heads, d_ff, *, dropout=0.1, activation="relu",
-    norm_first=False, layer_norm_eps=1e-5, bias=True, positions=None)``; ``positions``: an
-    attention position component (RoPE, ALiBi) for the self-attention.
+    ``EncoderBlock(d_model, num_heads, d_ff, *, dropout=0.1, attention_dropout=None,
+    activation_dropout=None, activation="relu", norm_first=False, layer_norm_eps=1e-5,
+    bias=True, positions=None)``; ``positions``: an attention position component (RoPE,
+    ALiBi) for the self-attention.
 
     Shapes: x (B, S, D), mask broadcastable to (B, H, S, S) (True = may attend; usually the
     source padding mask (B, 1, 1, S)) -> EncoderBlockOutput(hidden (B, S, D), ...).

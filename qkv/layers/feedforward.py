@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
+from qkv.errors import InputError
+
 __all__ = ["FeedForward", "ACTIVATIONS", "make_activation"]
 
 #: Activation names a block accepts.  "gelu" is the exact (erf) form used by BERT;
@@ -32,8 +34,8 @@ class FeedForward(nn.Module):
     """Expand to ``d_ff``, apply the activation, dropout, contract back to ``d_model``.
 
     The paper's base model uses d_model 512 and d_ff 2048 with ReLU.  The dropout here acts
-    on the hidden activations (as ``nn.TransformerEncoderLayer``); the block applies its own
-    dropout to the residual branch.
+    on the hidden activations (as ``nn.TransformerEncoderLayer``; a block passes its
+    ``activation_dropout``); the block applies its own dropout to the residual branch.
 
     Shapes: x (B, T, d_model) -> (B, T, d_model).
     """
@@ -51,7 +53,7 @@ class FeedForward(nn.Module):
         if d_model < 1 or d_ff < 1:
             raise ValueError(f"d_model={d_model} and d_ff={d_ff} must be positive")
         if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout={dropout} must be in [0, 1)")
+            raise InputError(f"dropout={dropout} must be in [0, 1)")
         self.activation_name = activation
         self.expand = nn.Linear(d_model, d_ff, bias=bias)
         self.activation = make_activation(activation)

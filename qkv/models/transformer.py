@@ -14,6 +14,9 @@ Masks are built once, at the top of :meth:`Transformer.encode`: the source paddi
 cross-attention.  The decoder's self-attention is causal only: targets are right-padded, so
 a real position never sees a padding position after it.
 
+Word dropout (``config.word_dropout``, training only) zeroes whole token embeddings of the
+source and the target input, never padding or BOS, before the positions are added.
+
 Decoding (``start`` / ``step``) runs the encoder once, projects each block's cross-attention
 keys/values once, and keeps a KV cache per block, so a step costs O(prefix), not O(prefix^2).
 """
@@ -105,6 +108,8 @@ class Transformer(nn.Module):
         )
         block_options = dict(
             dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            activation_dropout=config.activation_dropout,
             activation=config.activation,
             norm_first=config.norm_first,
             layer_norm_eps=config.layer_norm_eps,
@@ -137,7 +142,9 @@ class Transformer(nn.Module):
             for name, parameter in stack.named_parameters():
                 if parameter.dim() > 1 and "norm" not in name:
                     nn.init.xavier_uniform_(parameter)
-        for embedding in {self.source_embedding, self.target_embedding}:
+        # dict.fromkeys: shared embeddings initialised once, in a fixed order (a set's order
+        # follows memory addresses, so the same seed gave different weights per process)
+        for embedding in dict.fromkeys((self.source_embedding, self.target_embedding)):
             nn.init.normal_(embedding.weight, std=self.config.d_model**-0.5)
             with torch.no_grad():
                 embedding.weight[self.config.pad_id].zero_()
@@ -148,7 +155,8 @@ class Transformer(nn.Module):
         """Shapes: source (B, S) token ids -> memory (B, S, D), source_mask (B, 1, 1, S)."""
         _check_ids(source, "source")
         source_mask = padding_mask(source, self.config.pad_id)  # (B, 1, 1, S)
-        x = self.source_positions(self.source_embedding(source) * self.embedding_scale)
+        x = self._drop_words(source, self.source_embedding(source) * self.embedding_scale)
+        x = self.source_positions(x)
         out = self.encoder(x, mask=source_mask, need_weights=need_weights)
         return EncoderOutput(out.hidden, source_mask, out.attention)
 
@@ -163,7 +171,8 @@ class Transformer(nn.Module):
         """Shapes: target_input (B, T) ids, memory (B, S, D), source_mask (B, 1, 1, S)
         -> logits (B, T, V)."""
         _check_ids(target_input, "target_input")
-        x = self._embed_target(target_input, offset=0)
+        x = self.target_embedding(target_input) * self.embedding_scale  # (B, T, D)
+        x = self.target_positions(self._drop_words(target_input, x), offset=0)
         out = self.decoder(x, memory, memory_mask=source_mask, need_weights=need_weights)
         return DecoderOutput(self.output(out.hidden), out.self_attention, out.cross_attention)
 
@@ -223,6 +232,17 @@ class Transformer(nn.Module):
     def _embed_target(self, tokens: Tensor, *, offset: int) -> Tensor:
         x = self.target_embedding(tokens) * self.embedding_scale  # (B, T, D)
         return self.target_positions(x, offset=offset)
+
+    def _drop_words(self, tokens: Tensor, embedded: Tensor) -> Tensor:
+        """Word dropout: in training, each token other than padding and BOS has its whole
+        embedding zeroed with probability ``config.word_dropout`` (no rescaling: a dropped
+        word is absent, not a louder neighbour).  Shapes: tokens (B, T), embedded (B, T, D)."""
+        rate = self.config.word_dropout
+        if not self.training or rate == 0:
+            return embedded
+        droppable = (tokens != self.config.pad_id) & (tokens != self.config.bos_id)
+        dropped = droppable & (torch.rand(tokens.shape, device=tokens.device) < rate)
+        return embedded.masked_fill(dropped[..., None], 0.0)
 
 
 def _check_ids(tokens: Tensor, name: str) -> None:

@@ -21,8 +21,19 @@ class TransformerConfig:
         means the same size as the source.
     d_model, num_heads, d_ff: width, heads (``d_model % num_heads == 0``), feed-forward width.
     num_encoder_layers / num_decoder_layers: blocks per stack.
-    dropout: on embeddings + positions, residual branches, attention weights and the
-        feed-forward hidden layer (the paper's P_drop).
+    dropout: on embeddings + positions and the residual branches (the paper's P_drop), and
+        on the two sites below unless they are set.
+    attention_dropout: on the attention weights (every self- and cross-attention); ``None``
+        (default) = ``dropout``.
+    activation_dropout: on the feed-forward's hidden activations; ``None`` (default) =
+        ``dropout``.
+    word_dropout: in training only, the probability that a source or target input token's
+        embedding is replaced by zeros before the positions are added (whole-word dropout,
+        not rescaled, as in Sennrich & Zhang 2019); padding and ``bos_id`` are never dropped.
+        0 (default) turns it off.  Low-resource recipes use about 0.1, with the three rates
+        above about 0.3.
+    bos_id: the begin-of-sentence id that starts every target input (qkv's tokenizers
+        reserve 1); word dropout spares it.
     activation: "relu" (the paper), "gelu" or "gelu_tanh".
     norm_first: pre-LN blocks instead of the paper's post-LN.
     final_norm: a LayerNorm after each stack.  ``None`` (default) = ``norm_first``: pre-LN
@@ -59,6 +70,10 @@ class TransformerConfig:
     scale_embeddings: bool = True
     pad_id: int = 0
     layer_norm_eps: float = 1e-5
+    attention_dropout: float | None = None
+    activation_dropout: float | None = None
+    word_dropout: float = 0.0
+    bos_id: int = 1
 
     def __post_init__(self) -> None:
         if self.target_vocab_size is None:
@@ -101,6 +116,25 @@ class TransformerConfig:
             )
         if self.layer_norm_eps <= 0:
             raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be positive")
+        self._check_dropout_sites()
+
+    def _check_dropout_sites(self) -> None:
+        for name in ("attention_dropout", "activation_dropout", "word_dropout"):
+            rate = getattr(self, name)
+            if rate is None and name != "word_dropout":
+                continue
+            if not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 <= rate < 1:
+                raise InputError(f"{name}={rate!r} must be a number in [0, 1)")
+        bos_id = self.bos_id
+        if not isinstance(bos_id, int) or isinstance(bos_id, bool) or bos_id < 0:
+            raise InputError(f"bos_id={bos_id!r} must be a non-negative integer token id")
+        if bos_id >= self.target_vocab_size:
+            raise InputError(
+                f"bos_id={self.bos_id!r} must be a token id of the target vocabulary "
+                f"(size {self.target_vocab_size})"
+            )
+        if self.bos_id == self.pad_id:
+            raise InputError(f"bos_id={self.bos_id} must differ from pad_id={self.pad_id}")
 
     @property
     def uses_final_norm(self) -> bool:
