@@ -27,6 +27,7 @@ from qkv.layers.blocks import DecoderBlock, DecoderLayerState, EncoderBlock
 from qkv.layers.positions import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 from .base import Seq2SeqOutput, StepOutput
+from .checks import check_token_ids
 from .registry import register_model
 from .transformer_config import TransformerConfig
 from .transformer_stack import TransformerDecoder, TransformerEncoder
@@ -133,7 +134,7 @@ class Transformer(nn.Module):
 
     def encode(self, source: Tensor, *, need_weights: bool = False) -> EncoderOutput:
         """Shapes: source (B, S) token ids -> memory (B, S, D), source_mask (B, 1, 1, S)."""
-        _check_ids(source, "source")
+        check_token_ids(source, "source")
         source_mask = padding_mask(source, self.config.pad_id)  # (B, 1, 1, S)
         x = self.source_positions(self.source_embedding(source) * self.embedding_scale)
         out = self.encoder(x, mask=source_mask, need_weights=need_weights)
@@ -149,7 +150,7 @@ class Transformer(nn.Module):
     ) -> DecoderOutput:
         """Shapes: target_input (B, T) ids, memory (B, S, D), source_mask (B, 1, 1, S)
         -> logits (B, T, V)."""
-        _check_ids(target_input, "target_input")
+        check_token_ids(target_input, "target_input")
         x = self._embed_target(target_input, offset=0)
         out = self.decoder(x, memory, memory_mask=source_mask, need_weights=need_weights)
         return DecoderOutput(self.output(out.hidden), out.self_attention, out.cross_attention)
@@ -220,15 +221,6 @@ def _make_positions(config: TransformerConfig) -> nn.Module:
     return LearnedPositionalEmbedding(
         config.max_len, config.d_model, mode=mode, dropout=config.dropout
     )
-
-
-def _check_ids(tokens: Tensor, name: str) -> None:
-    if tokens.dim() != 2:
-        raise ValueError(f"{name} must be token ids of shape (B, T), got {tuple(tokens.shape)}")
-    if tokens.dtype not in (torch.long, torch.int32, torch.int64):
-        raise TypeError(f"{name} must hold integer token ids, got {tokens.dtype}")
-    if tokens.shape[1] == 0:
-        raise ValueError(f"{name} is empty (length 0); every sequence needs at least one token")
 
 
 register_model("transformer", TransformerConfig, Transformer)
