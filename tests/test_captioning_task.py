@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import io
 import json
+import shutil
 import sys
 
 import numpy as np
@@ -19,6 +20,7 @@ from qkv.cli import captioning_commands
 from qkv.data.captions import CaptionDataset, CaptionExample, WordVocab
 from qkv.data.scenes import SceneObject, scene_dataset
 from qkv.decoding import beam_search
+from qkv.evaluation.grounding import ground_caption, name_objects
 from qkv.models import CaptionerConfig, StepOutput
 from qkv.tasks import (
     CaptioningSetup,
@@ -27,8 +29,12 @@ from qkv.tasks import (
     evaluate_captioning,
     train_captioning,
 )
-from qkv.tasks.captioner_eval import ground_caption, name_objects
-from qkv.tasks.captioning import CaptionTrainingData, remember_images
+from qkv.tasks.captioning import (
+    MODEL_FIELDS,
+    CaptionTrainingData,
+    build_captioner,
+    remember_images,
+)
 from qkv.training import TrainConfig, checkpoint_model_type, load_checkpoint
 
 TINY = [
@@ -393,3 +399,37 @@ def test_demo_trains_scores_and_writes_strips(tmp_path):
         f"scene-{index}.png" for index in range(4)
     ]
     assert any(line.startswith("test scenes: BLEU-4") for line in lines)
+
+
+def test_a_checkpoint_with_the_first_vocabulary_format_still_loads(run_dir, captioner, tmp_path):
+    """Captioning checkpoints written before the vocabulary became a tokenizer hold
+    ``{"kind": "words", "tokens": [...]}`` (WordVocab.save's format): they load the same."""
+    old = tmp_path / "old"
+    shutil.copytree(run_dir, old)
+    for vocab_file in old.rglob("tokenizer_vocab.json"):
+        assert json.loads(vocab_file.read_text())["format"] == "qkv-tokenizer"
+        captioner.vocab.save(vocab_file)  # the first format
+        assert "format" not in json.loads(vocab_file.read_text())
+    loaded = ImageCaptioner.from_checkpoint(old)
+    assert loaded.vocab.tokens == captioner.vocab.tokens
+    images = scene_dataset("test", image_size=32, size=3)
+    expected = captioner.caption([e.image for e in images])
+    assert [c.words for c in loaded.caption([e.image for e in images])] == [
+        c.words for c in expected
+    ]
+
+
+def test_every_model_field_of_the_setup_reaches_the_config():
+    assert set(MODEL_FIELDS) == {
+        "image_size", "encoder", "pretrained_encoder", "feature_dim", "grid", "embedding_dim",
+        "hidden_dim", "attention_dim", "score", "attention", "gate", "doubly_stochastic",
+        "dropout",
+    }  # fmt: skip
+    changed = dict(
+        image_size=48, feature_dim=24, grid=4, embedding_dim=20, hidden_dim=12,
+        attention_dim=None, score="general", attention=False, gate=False,
+        doubly_stochastic=0.7, dropout=0.2,
+    )  # fmt: skip
+    config = build_captioner(CaptioningSetup(max_caption_len=9, **changed), 30).config
+    assert {name: getattr(config, name) for name in changed} == changed
+    assert (config.vocab_size, config.max_len) == (30, 10)

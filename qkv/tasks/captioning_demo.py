@@ -16,8 +16,9 @@ from pathlib import Path
 import torch
 
 from ..training import TrainConfig
-from .captioner_eval import ImageCaptioner, evaluate_captioning, plot_caption_attention
+from .captioner_eval import evaluate_captioning
 from .captioning import SCENES, CaptioningSetup, caption_examples, train_captioning
+from .image_captioner import ImageCaptioner, plot_caption_attention
 
 __all__ = ["DEMO_CAPTIONING_SETUP", "DEMO_CAPTIONING_CONFIG", "demo_captioning"]
 
