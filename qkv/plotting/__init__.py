@@ -2,6 +2,7 @@
 (matplotlib, files only)."""
 
 from .curves import plot_bleu_by_length, plot_training_log
+from .figures import save_figure
 from .heatmaps import plot_alignment, plot_alignment_grid, plot_image_attention
 
 __all__ = [
@@ -10,4 +11,5 @@ __all__ = [
     "plot_image_attention",
     "plot_bleu_by_length",
     "plot_training_log",
+    "save_figure",
 ]
