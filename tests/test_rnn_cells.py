@@ -9,28 +9,24 @@ from torch import nn
 
 from qkv.layers.recurrent import EncoderStates
 from qkv.models import build_model
-from qkv.models.rnn_cells import RecurrentCells, rename_stacked_keys
+from qkv.models.rnn_cells import cell_weights, step_cells
 from qkv.models.rnn_decoders import BahdanauDecoder
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_cells_step_as_the_stacked_module_with_the_same_weights(cell):
+def test_stepping_the_cells_equals_running_the_stack(cell):
     torch.manual_seed(0)
-    stacked = {"gru": nn.GRU, "lstm": nn.LSTM}[cell](5, 4, num_layers=3, batch_first=True).eval()
-    cells = RecurrentCells(cell, input_dim=5, hidden_dim=4, num_layers=3, dropout=0.5).eval()
-    state = stacked.state_dict()
-    rename_stacked_keys(state, "", "")
-    cells.load_state_dict(state)  # strict: every tensor found its cell
-
+    stack = {"gru": nn.GRU, "lstm": nn.LSTM}[cell](5, 4, num_layers=3, batch_first=True).eval()
     inputs = torch.randn(2, 6, 5)
     h0, c0 = torch.randn(3, 2, 4), torch.randn(3, 2, 4)
-    expected, final = stacked(inputs, (h0, c0) if cell == "lstm" else h0)
+    expected, final = stack(inputs, (h0, c0) if cell == "lstm" else h0)
     hidden, memory = list(h0.unbind(0)), list(c0.unbind(0)) if cell == "lstm" else None
+    weights = cell_weights(stack)
     outputs = []
     for t in range(inputs.shape[1]):
-        hidden, memory = cells(inputs[:, t], hidden, memory)
+        hidden, memory = step_cells(stack, weights, inputs[:, t], hidden, memory)
         outputs.append(hidden[-1])
     torch.testing.assert_close(torch.stack(outputs, dim=1), expected)
     final_hidden = final[0] if cell == "lstm" else final
@@ -39,13 +35,27 @@ def test_cells_step_as_the_stacked_module_with_the_same_weights(cell):
         torch.testing.assert_close(torch.stack(memory), final[1])
 
 
+def test_dropout_between_layers_only_in_training():
+    torch.manual_seed(0)
+    stack = nn.GRU(3, 4, num_layers=2, dropout=0.5, batch_first=True)
+    weights, inputs, hidden = cell_weights(stack), torch.randn(8, 3), [torch.zeros(8, 4)] * 2
+    stack.eval()
+    first, _ = step_cells(stack, weights, inputs, hidden, None)
+    again, _ = step_cells(stack, weights, inputs, hidden, None)
+    torch.testing.assert_close(first, again)
+    stack.train()
+    noisy = [step_cells(stack, weights, inputs, hidden, None)[0][1] for _ in range(2)]
+    assert not torch.equal(noisy[0], noisy[1])  # the top layer reads dropped-out inputs
+    torch.testing.assert_close(step_cells(stack, weights, inputs, hidden, None)[0][0], first[0])
+
+
 @pytest.mark.parametrize("variant", ["gru2", "lstm1"])
 def test_a_checkpoint_written_with_nn_gru_loads_and_gives_the_same_outputs(variant):
     """The fixture was saved by the previous implementation (one nn.GRU/nn.LSTM call per
-    position, keys ``decoder.rnn.weight_ih_l0`` ...) with its logits and alignments."""
+    position) with its logits and alignments: same tensor names, same outputs."""
     saved = torch.load(FIXTURES / "rnn_additive_before_cells.pt")[variant]
-    assert "decoder.rnn.weight_ih_l0" in saved["state_dict"]
     model = build_model("rnn-attention", saved["config"]).eval()
+    assert list(model.state_dict()) == list(saved["state_dict"])
     model.load_state_dict(saved["state_dict"])  # strict
     with torch.no_grad():
         result = model(saved["source"], saved["target_input"], need_weights=True)

@@ -1,73 +1,73 @@
-"""A stack of recurrent cells stepped one position at a time, for decoders whose every step
-depends on the previous one (Bahdanau's: the context of step t is computed from s_{t-1}).
+"""Stepping a GRU/LSTM stack one position at a time, for decoders whose every step depends
+on the previous one (Bahdanau's: the context of step t is computed from s_{t-1}).
 
 Calling ``nn.GRU`` once per position pays, at every step, for the (L, B, H) <-> (B, L, H)
-transposes of its states and for the module's sequence machinery; a ``GRUCell`` /
-``LSTMCell`` per layer takes (B, Din) and (B, H) as they are.  The parameters are the same
-numbers as ``nn.GRU`` / ``nn.LSTM``'s (PyTorch lays both out as [r | z | n] or
-[i | f | g | o] gate blocks) under other names; :func:`rename_stacked_keys` maps a state
-dict written with the stacked module onto the cells, so older checkpoints load unchanged.
+transposes of its states and for the module's sequence machinery.  Here the stack's own
+parameters (so checkpoints, initialisation and ``nn.GRU``'s names are unchanged) drive the
+single-step kernels that ``nn.GRUCell`` / ``nn.LSTMCell`` run (``torch.gru_cell`` /
+``torch.lstm_cell``), on (B, Din) inputs and (B, H) states as they are.
 """
 
 from __future__ import annotations
 
-import re
+from typing import NamedTuple
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["RecurrentCells", "rename_stacked_keys"]
-
-CELL_TYPES: dict[str, type[nn.Module]] = {"gru": nn.GRUCell, "lstm": nn.LSTMCell}
+__all__ = ["CellWeights", "cell_weights", "step_cells"]
 
 
-class RecurrentCells(nn.Module):
-    """``num_layers`` GRU or LSTM cells; dropout between layers (not after the top one),
-    as ``nn.GRU(dropout=...)``.
+class CellWeights(NamedTuple):
+    """One layer's weights, as ``nn.GRU`` / ``nn.LSTM`` lay them out (gate blocks
+    [r | z | n] or [i | f | g | o]).  Shapes: ih (G*H, Din), hh (G*H, H), biases (G*H,)."""
 
-    Shapes: inputs (B, Din), hidden per layer L x (B, H), cell per layer (LSTM) or None
-    -> hidden L x (B, H) (the top layer's is the step's output), cell L x (B, H) or None.
-    """
+    ih: Tensor
+    hh: Tensor
+    bias_ih: Tensor | None
+    bias_hh: Tensor | None
 
-    def __init__(
-        self, cell: str, *, input_dim: int, hidden_dim: int, num_layers: int, dropout: float
-    ):
-        super().__init__()
-        if cell not in CELL_TYPES:
-            raise ValueError(f"cell={cell!r} is not one of {sorted(CELL_TYPES)}")
-        self.layers = nn.ModuleList(
-            CELL_TYPES[cell](input_dim if index == 0 else hidden_dim, hidden_dim)
-            for index in range(num_layers)
+
+def cell_weights(rnn: nn.RNNBase) -> list[CellWeights]:
+    """Every layer's weights of a unidirectional stack (gather them once, outside the loop)."""
+    if rnn.bidirectional or not isinstance(rnn, (nn.GRU, nn.LSTM)):
+        raise ValueError(f"expected a unidirectional nn.GRU or nn.LSTM, got {rnn}")
+    return [
+        CellWeights(
+            getattr(rnn, f"weight_ih_l{layer}"),
+            getattr(rnn, f"weight_hh_l{layer}"),
+            getattr(rnn, f"bias_ih_l{layer}", None),
+            getattr(rnn, f"bias_hh_l{layer}", None),
         )
-        self.is_lstm = cell == "lstm"
-        self.dropout = nn.Dropout(dropout if num_layers > 1 else 0.0)
-
-    def forward(
-        self, inputs: Tensor, hidden: list[Tensor], cell: list[Tensor] | None
-    ) -> tuple[list[Tensor], list[Tensor] | None]:
-        new_hidden: list[Tensor] = []
-        new_cell: list[Tensor] = []
-        x = inputs
-        for index, layer in enumerate(self.layers):
-            if index > 0:
-                x = self.dropout(x)
-            if self.is_lstm:
-                h, c = layer(x, (hidden[index], cell[index]))
-                new_cell.append(c)
-            else:
-                h = layer(x, hidden[index])
-            new_hidden.append(h)
-            x = h
-        return new_hidden, new_cell if self.is_lstm else None
+        for layer in range(rnn.num_layers)
+    ]
 
 
-_STACKED_KEY = re.compile(r"(weight|bias)_(ih|hh)_l(\d+)$")
+def step_cells(
+    rnn: nn.RNNBase,
+    weights: list[CellWeights],
+    inputs: Tensor,
+    hidden: list[Tensor],
+    cell: list[Tensor] | None,
+) -> tuple[list[Tensor], list[Tensor] | None]:
+    """One position through the stack: what ``rnn`` computes for a length-1 input, dropout
+    between layers (not after the top one) included.
 
-
-def rename_stacked_keys(state_dict: dict, old_prefix: str, new_prefix: str) -> None:
-    """In place: ``{old_prefix}weight_ih_l0`` (``nn.GRU``/``nn.LSTM``) ->
-    ``{new_prefix}layers.0.weight_ih`` (:class:`RecurrentCells`), for every gate tensor."""
-    for key in [k for k in state_dict if k.startswith(old_prefix)]:
-        match = _STACKED_KEY.fullmatch(key[len(old_prefix) :])
-        if match:
-            kind, side, layer = match.groups()
-            state_dict[f"{new_prefix}layers.{layer}.{kind}_{side}"] = state_dict.pop(key)
+    Shapes: inputs (B, Din), hidden L x (B, H), cell L x (B, H) for an LSTM else None
+    -> hidden L x (B, H) (the top layer's is the step's output), cell or None."""
+    lstm = isinstance(rnn, nn.LSTM)
+    new_hidden: list[Tensor] = []
+    new_cell: list[Tensor] = []
+    x = inputs
+    for layer, w in enumerate(weights):
+        if layer > 0 and rnn.dropout > 0:
+            x = F.dropout(x, rnn.dropout, rnn.training)
+        if lstm:
+            h, c = torch.lstm_cell(x, (hidden[layer], cell[layer]), *w)
+            new_cell.append(c)
+        else:
+            h = torch.gru_cell(x, hidden[layer], *w)
+        new_hidden.append(h)
+        x = h
+    return new_hidden, new_cell if lstm else None

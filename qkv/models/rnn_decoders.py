@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from qkv.layers.attention import Attention, AttentionMemory
 from qkv.layers.recurrent import EncoderStates, make_recurrent, run_recurrent
 
-from .rnn_cells import RecurrentCells, rename_stacked_keys
+from .rnn_cells import cell_weights, step_cells
 
 __all__ = [
     "RNNState",
@@ -100,9 +100,10 @@ class BahdanauDecoder(RecurrentDecoder):
 
     Each context depends on the previous state, so the recurrence runs one step at a time,
     and only what must: the keys W_k h_j are prepared once in ``start``, the padding mask
-    becomes an additive bias once per call, each step is one cell call per layer, and the
-    readout of all steps is one matmul after the loop.  ``parallel``: a whole
-    teacher-forced target goes through one call (the steps loop inside it).
+    becomes an additive bias once per call, each step is one GRU/LSTM cell kernel per layer
+    (``rnn_cells``; the parameters stay ``nn.GRU``'s), and the readout of all steps is one
+    matmul after the loop.  ``parallel``: a whole teacher-forced target goes through one
+    call (the steps loop inside it).
     """
 
     parallel = True
@@ -120,15 +121,13 @@ class BahdanauDecoder(RecurrentDecoder):
     ):
         super().__init__()
         input_dim = embedding_dim + context_dim
-        self.cells = RecurrentCells(
+        self.rnn = make_recurrent(
             cell, input_dim=input_dim, hidden_dim=hidden_dim, num_layers=num_layers, dropout=dropout
         )
         self.attention = Attention(
             query_dim=hidden_dim, input_dim=context_dim, score="additive", hidden_dim=attention_dim
         )
         self.readout = nn.Linear(hidden_dim + input_dim, hidden_dim)
-        # Checkpoints written before the cells held one nn.GRU/nn.LSTM named "rnn".
-        self.register_load_state_dict_pre_hook(_load_stacked_rnn)
 
     def start(
         self, encoded: EncoderStates, hidden: Tensor, cell: Tensor | None, source_mask: Tensor
@@ -144,13 +143,14 @@ class BahdanauDecoder(RecurrentDecoder):
         bias.masked_fill_(~state.source_mask, float("-inf"))  # (B, 1, S)
         hidden = list(state.hidden.unbind(1))  # L x (B, H)
         cell = None if state.cell is None else list(state.cell.unbind(1))
+        layers = cell_weights(self.rnn)
         outputs, contexts, weights = [], [], []
         for t in range(embedded.shape[1]):
             previous = hidden[-1][:, None]  # s_{t-1}, the top layer: (B, 1, H)
             alpha = torch.softmax(score.score(previous, keys) + bias, dim=-1)  # (B, 1, S)
             context = alpha @ values  # (B, 1, 2H)
             inputs = torch.cat([embedded[:, t], context[:, 0]], dim=-1)  # (B, E + 2H)
-            hidden, cell = self.cells(inputs, hidden, cell)
+            hidden, cell = step_cells(self.rnn, layers, inputs, hidden, cell)
             outputs.append(hidden[-1])
             contexts.append(context)
             weights.append(alpha)
@@ -163,10 +163,6 @@ class BahdanauDecoder(RecurrentDecoder):
             cell=None if cell is None else torch.stack(cell, dim=1),
         )
         return DecoderOutput(features, new_state, torch.cat(weights, dim=1))
-
-
-def _load_stacked_rnn(module: nn.Module, state_dict: dict, prefix: str, *_: object) -> None:
-    rename_stacked_keys(state_dict, f"{prefix}rnn.", f"{prefix}cells.")
 
 
 class LuongDecoder(RecurrentDecoder):
