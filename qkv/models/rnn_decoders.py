@@ -145,11 +145,12 @@ class BahdanauDecoder(RecurrentDecoder):
         cell = None if state.cell is None else list(state.cell.unbind(1))
         layers = cell_weights(self.rnn)
         outputs, contexts, weights = [], [], []
-        for t in range(embedded.shape[1]):
+        # unbind, not embedded[:, t]: the backward of T slices would each zero-fill (B, T, E)
+        for step_embedded in embedded.unbind(1):  # (B, E)
             previous = hidden[-1][:, None]  # s_{t-1}, the top layer: (B, 1, H)
             alpha = torch.softmax(score.score(previous, keys) + bias, dim=-1)  # (B, 1, S)
             context = alpha @ values  # (B, 1, 2H)
-            inputs = torch.cat([embedded[:, t], context[:, 0]], dim=-1)  # (B, E + 2H)
+            inputs = torch.cat([step_embedded, context[:, 0]], dim=-1)  # (B, E + 2H)
             hidden, cell = step_cells(self.rnn, layers, inputs, hidden, cell)
             outputs.append(hidden[-1])
             contexts.append(context)
