@@ -28,6 +28,11 @@ def _box(mask):
     return rows.min(), columns.min(), rows.max() + 1, columns.max() + 1
 
 
+def _rows_near(mask, column):
+    """The rows holding a True pixel within two columns of ``column``."""
+    return np.flatnonzero(mask[:, column - 2 : column + 3].any(axis=1))
+
+
 def _near(pixels, rgb, tolerance=12):
     return (np.abs(pixels - np.array(rgb)) <= tolerance).all(axis=-1)
 
@@ -103,8 +108,13 @@ def test_bleu_by_length_plot_is_a_png_and_checks_its_curves(tmp_path):
     buckets = ["0-10", "11-20", "21+"]
     curves = {"rnn": [20.0, 12.0, 5.0], "rnn-attention": [22.0, 21.0, float("nan")]}
     path = plot_bleu_by_length(buckets, curves, tmp_path / "c.png", counts=[5, 3, 0], title="t")
-    with Image.open(path) as image:
-        assert image.format == "PNG" and image.size[0] > 100
+    pixels = _pixels(path)
+    blue, orange = _near(pixels, (31, 119, 180), 20), _near(pixels, (255, 127, 14), 20)
+    columns = np.flatnonzero(blue.any(axis=0))
+    first, last = columns.min(), columns.max()  # the rnn curve's first and last markers
+    assert _rows_near(blue, first).mean() < _rows_near(blue, last).mean()  # 20 above 5: it falls
+    assert _rows_near(orange, first).mean() < _rows_near(blue, first).mean()  # 22 above 20
+    assert len(_rows_near(orange, last)) == 0  # the empty bucket (NaN) leaves a gap
     with pytest.raises(ValueError, match="has 2 values for 3 buckets"):
         plot_bleu_by_length(buckets, {"rnn": [1.0, 2.0]}, tmp_path / "d.png")
     with pytest.raises(ValueError, match="no curves"):
