@@ -142,7 +142,7 @@ def test_remembered_images_are_the_same_images():
     assert remember_images(examples, max_bytes=0)[0].image.shape == (3, 32, 32)
 
 
-def test_caption_command_writes_one_strip_per_image(run_dir, tmp_path, capsys):
+def test_caption_command_writes_one_strip_per_image(run_dir, captioner, tmp_path, capsys):
     scenes = scene_dataset("test", image_size=48, size=2)  # another size: resized to 32
     files = []
     for index, example in enumerate(scenes):
@@ -153,10 +153,17 @@ def test_caption_command_writes_one_strip_per_image(run_dir, tmp_path, capsys):
     argv = ["caption", "--checkpoint", str(run_dir), *map(str, files), "--attention-out", str(out)]
     assert run_cli(argv) == 0
     printed = capsys.readouterr().out
-    assert f"{files[0]}: " in printed and f"{files[1]}: " in printed
-    for index in range(2):
+    # the captions printed are the ones the library gives for the same files
+    expected = captioner.caption(captioner.load_images(files))
+    for file, caption in zip(files, expected, strict=True):
+        assert f"{file}: {caption.text}\n" in printed
+    for index, caption in enumerate(expected):
         with Image.open(tmp_path / f"strip-{index}.png") as strip:
-            assert strip.format == "PNG" and strip.width > strip.height
+            # the image and one panel per word, side by side (plot_image_attention's strip)
+            assert (
+                strip.format == "PNG"
+                and strip.width > (len(caption.words) + 1) * strip.height * 0.6
+            )
     assert not out.exists()
     assert run_cli(["caption", "--checkpoint", str(run_dir), str(files[0]), "--attention-out",
                     str(out), "--beam", "2"]) == 0  # fmt: skip
