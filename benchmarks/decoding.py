@@ -2,6 +2,10 @@
 
     python -m benchmarks.decoding                 # 32 sentences x 100 tokens, greedy and beam 4
     python -m benchmarks.decoding --repeats 1 --length 30    # a quick look
+    python -m benchmarks.decoding --model rnn --threads 1    # the RNN: beam 4 against greedy
+
+With ``--model rnn``: see ``benchmarks.recurrent_decoding``; the rest of this text is about
+the Transformer's cache.
 
 The same ``greedy_search`` / ``beam_search`` drive two thin adapters around one model (the
 small Transformer, random seeded weights: speed does not depend on training):
@@ -49,7 +53,8 @@ def _bar_eos(log_probs: Tensor, eos_id: int) -> Tensor:
 
 
 class CachedDecoder:
-    """qkv's incremental decoding (``Transformer.start`` / ``step``, KV cache), EOS barred."""
+    """qkv's incremental decoding (``start`` / ``step``; the Transformer's KV cache), EOS barred;
+    drives any Decodable model."""
 
     def __init__(self, model: Transformer, *, eos_id: int = EOS_ID):
         self.model, self.eos_id = model, eos_id
@@ -215,6 +220,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--model", choices=("transformer", "rnn"), default="transformer")
+    parser.add_argument(
+        "--source-length", type=int, default=70, help="rnn: source tokens (a 50-word verse)"
+    )
     parser.add_argument("--batch", type=int, default=32, help="sentences decoded at a time")
     parser.add_argument("--length", type=int, default=100, help="target tokens per sentence")
     parser.add_argument("--repeats", type=int, default=3, help="timed decodes per setting")
@@ -229,6 +238,11 @@ def main() -> None:
         parser.error(f"--vocab must exceed the {SPECIAL_IDS} special ids")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.model == "rnn":
+        from benchmarks.recurrent_decoding import run
+
+        run(args, CachedDecoder)
+        return
 
     torch.manual_seed(args.seed)
     config = TransformerConfig.small(args.vocab)

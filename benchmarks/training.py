@@ -4,6 +4,11 @@
     python -m benchmarks.training --steps 5            # a quick look
     python -m benchmarks.training --vocab 1000         # less of the step in the output layer
     python -m benchmarks.training --size base --steps 6 --tokens 2048
+    python -m benchmarks.training --family rnn --threads 1   # the recurrent translators
+
+With ``--family rnn``: the no-attention ``rnn`` against ``rnn-attention`` (additive and
+general) on ding-de-en batches; see ``benchmarks.recurrent_training``.  The rest of this
+text describes the Transformer comparison.
 
 One training step = forward, label-smoothed cross-entropy (``qkv.training.sequence_loss``,
 epsilon 0.1, mean over real target tokens), backward, AdamW step (``make_optimizer`` with the
@@ -204,6 +209,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--family", choices=("transformer", "rnn"), default="transformer")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per model")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per model first")
     parser.add_argument("--size", choices=("small", "base"), default="small")
@@ -219,6 +225,11 @@ def main() -> None:
         parser.error(f"--vocab must exceed the {SPECIAL_IDS} special ids")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.family == "rnn":
+        from benchmarks.recurrent_training import run
+
+        run(args)
+        return
 
     factory = TransformerConfig.small if args.size == "small" else TransformerConfig.base
     config = factory(args.vocab)

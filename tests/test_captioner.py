@@ -5,6 +5,7 @@ decoding, overfitting generated scenes, the no-attention baseline, grounding hel
 import importlib.machinery
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from torch import nn
 
 from qkv.data.captions import CaptionDataset, WordVocab, collate_captions
 from qkv.data.scenes import scene_dataset
-from qkv.decoding import greedy_search
+from qkv.decoding import beam_search, greedy_search
 from qkv.layers.cnn import SmallResNet, feature_map_to_regions
 from qkv.models import build_model, captioner_config, model_type_of, select_state
 from qkv.models.captioner import (
@@ -213,7 +214,7 @@ def test_tiny_captioner_overfits_scenes_to_exact_captions():
 
 def test_baseline_without_attention_trains_and_decodes():
     model = tiny(attention=False)
-    assert model.attention is None
+    assert not [name for name, _ in model.named_parameters() if "attention" in name]
     images, target_input = torch.rand(3, 3, 32, 32), captions()
     target_output = torch.cat([target_input[:, 1:], torch.full((3, 1), 2)], dim=1)
     target_output[target_input == 2] = 0
@@ -339,3 +340,25 @@ def test_torchvision_adapter_takes_the_trunk(monkeypatch):
     assert asked == [None, "DEFAULT"]  # random init, then torchvision's ImageNet weights
     with pytest.raises(ValueError, match="has no network 'resnet999'"):
         tiny(encoder="torchvision:resnet999")
+
+
+@pytest.mark.parametrize(
+    "variant", ["attention_gate", "attention_no_gate", "mean_gate", "mean_no_gate"]
+)
+def test_a_checkpoint_written_before_the_components_loads_and_decodes_the_same(variant):
+    """The fixture was saved when ``attention`` and ``gate`` were ``if``s in the recurrence:
+    its weights load strictly (same keys) and give the same logits, alignments and beams."""
+    saved = torch.load(Path(__file__).parent / "fixtures" / "captioner_before_components.pt")
+    saved = saved[variant]
+    model = build_model("captioner", saved["config"]).eval()
+    model.load_state_dict(saved["state_dict"])  # strict
+    with torch.no_grad():
+        result = model(saved["images"], saved["target_input"], need_weights=True)
+    torch.testing.assert_close(result.logits, saved["logits"])
+    if saved["weights"] is None:
+        assert result.attention is None
+    else:
+        torch.testing.assert_close(result.attention["cross"][0], saved["weights"])
+    found = beam_search(model, saved["images"], beam_size=2, max_len=5)
+    assert found.tokens == saved["beam_tokens"]
+    assert found.scores == pytest.approx(saved["beam_scores"], abs=1e-5)

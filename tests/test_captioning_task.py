@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import io
 import json
+import shutil
 import sys
 
 import numpy as np
@@ -19,6 +20,7 @@ from qkv.cli import captioning_commands
 from qkv.data.captions import CaptionDataset, CaptionExample, WordVocab
 from qkv.data.scenes import SceneObject, scene_dataset
 from qkv.decoding import beam_search
+from qkv.evaluation.grounding import ground_caption, name_objects
 from qkv.models import CaptionerConfig, StepOutput
 from qkv.tasks import (
     CaptioningSetup,
@@ -27,8 +29,12 @@ from qkv.tasks import (
     evaluate_captioning,
     train_captioning,
 )
-from qkv.tasks.captioner_eval import ground_caption, name_objects
-from qkv.tasks.captioning import CaptionTrainingData, remember_images
+from qkv.tasks.captioning import (
+    MODEL_FIELDS,
+    CaptionTrainingData,
+    build_captioner,
+    remember_images,
+)
 from qkv.training import TrainConfig, checkpoint_model_type, load_checkpoint
 
 TINY = [
@@ -136,7 +142,7 @@ def test_remembered_images_are_the_same_images():
     assert remember_images(examples, max_bytes=0)[0].image.shape == (3, 32, 32)
 
 
-def test_caption_command_writes_one_strip_per_image(run_dir, tmp_path, capsys):
+def test_caption_command_writes_one_strip_per_image(run_dir, captioner, tmp_path, capsys):
     scenes = scene_dataset("test", image_size=48, size=2)  # another size: resized to 32
     files = []
     for index, example in enumerate(scenes):
@@ -147,10 +153,17 @@ def test_caption_command_writes_one_strip_per_image(run_dir, tmp_path, capsys):
     argv = ["caption", "--checkpoint", str(run_dir), *map(str, files), "--attention-out", str(out)]
     assert run_cli(argv) == 0
     printed = capsys.readouterr().out
-    assert f"{files[0]}: " in printed and f"{files[1]}: " in printed
-    for index in range(2):
+    # the captions printed are the ones the library gives for the same files
+    expected = captioner.caption(captioner.load_images(files))
+    for file, caption in zip(files, expected, strict=True):
+        assert f"{file}: {caption.text}\n" in printed
+    for index, caption in enumerate(expected):
         with Image.open(tmp_path / f"strip-{index}.png") as strip:
-            assert strip.format == "PNG" and strip.width > strip.height
+            # the image and one panel per word, side by side (plot_image_attention's strip)
+            assert (
+                strip.format == "PNG"
+                and strip.width > (len(caption.words) + 1) * strip.height * 0.6
+            )
     assert not out.exists()
     assert run_cli(["caption", "--checkpoint", str(run_dir), str(files[0]), "--attention-out",
                     str(out), "--beam", "2"]) == 0  # fmt: skip
@@ -393,3 +406,37 @@ def test_demo_trains_scores_and_writes_strips(tmp_path):
         f"scene-{index}.png" for index in range(4)
     ]
     assert any(line.startswith("test scenes: BLEU-4") for line in lines)
+
+
+def test_a_checkpoint_with_the_first_vocabulary_format_still_loads(run_dir, captioner, tmp_path):
+    """Captioning checkpoints written before the vocabulary became a tokenizer hold
+    ``{"kind": "words", "tokens": [...]}`` (WordVocab.save's format): they load the same."""
+    old = tmp_path / "old"
+    shutil.copytree(run_dir, old)
+    for vocab_file in old.rglob("tokenizer_vocab.json"):
+        assert json.loads(vocab_file.read_text())["format"] == "qkv-tokenizer"
+        captioner.vocab.save(vocab_file)  # the first format
+        assert "format" not in json.loads(vocab_file.read_text())
+    loaded = ImageCaptioner.from_checkpoint(old)
+    assert loaded.vocab.tokens == captioner.vocab.tokens
+    images = scene_dataset("test", image_size=32, size=3)
+    expected = captioner.caption([e.image for e in images])
+    assert [c.words for c in loaded.caption([e.image for e in images])] == [
+        c.words for c in expected
+    ]
+
+
+def test_every_model_field_of_the_setup_reaches_the_config():
+    assert set(MODEL_FIELDS) == {
+        "image_size", "encoder", "pretrained_encoder", "feature_dim", "grid", "embedding_dim",
+        "hidden_dim", "attention_dim", "score", "attention", "gate", "doubly_stochastic",
+        "dropout",
+    }  # fmt: skip
+    changed = dict(
+        image_size=48, feature_dim=24, grid=4, embedding_dim=20, hidden_dim=12,
+        attention_dim=None, score="general", attention=False, gate=False,
+        doubly_stochastic=0.7, dropout=0.2,
+    )  # fmt: skip
+    config = build_captioner(CaptioningSetup(max_caption_len=9, **changed), 30).config
+    assert {name: getattr(config, name) for name in changed} == changed
+    assert (config.vocab_size, config.max_len) == (30, 10)

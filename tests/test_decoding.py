@@ -423,3 +423,59 @@ def test_batched_equals_one_by_one_on_random_model(device, seed, batch_size, bea
         # With no length penalty the beam's best never scores below greedy's hypothesis.
         if alpha == 0.0:
             assert mine.scores[0] >= greedy.scores[index] - 1e-9
+
+
+class CountingModel(ScriptedModel):
+    """The scripted model, counting its steps."""
+
+    steps = 0
+
+    def step(self, tokens, state, *, need_attention=True):
+        self.steps += 1
+        return super().step(tokens, state, need_attention=need_attention)
+
+
+def test_without_length_penalty_a_source_stops_once_its_best_hypotheses_ended():
+    # SHORT_OR_LONG at alpha=0: EOS at once (0.5) is best after step 1, and nothing alive
+    # can catch up, so one step suffices where waiting for both slots to end takes three.
+    model = CountingModel(TABLES)
+    result = beam_search(model, scripted_source(1), beam_size=2, max_len=6, length_penalty=0.0)
+    assert result.tokens == [[]] and result.scores == pytest.approx([log(0.5)])
+    assert model.steps == 1
+    model.steps = 0
+    two = beam_search(
+        model, scripted_source(1), beam_size=2, max_len=6, length_penalty=0.0, num_return=2
+    )
+    assert two.tokens == [[], [A, A]] and model.steps == 3  # the second best had to end too
+
+
+def test_stop_early_with_a_length_penalty_is_the_documented_heuristic():
+    # alpha=2 prefers "a a" E, but after step 1 the best-ranked slot has ended: stop_early
+    # settles for it (one step); without it the search runs on and finds the longer one.
+    model = CountingModel(TABLES)
+    options = dict(beam_size=2, max_len=6, length_penalty=2.0)
+    early = beam_search(model, scripted_source(1), stop_early=True, **options)
+    assert early.tokens == [[]] and model.steps == 1
+    assert beam_search(model, scripted_source(1), **options).tokens == [[A, A]]
+
+
+@settings(max_examples=20, deadline=None)
+@given(seeds=st.lists(st.integers(0, 100_000), min_size=2, max_size=4), beam_size=st.integers(2, 3))
+def test_a_stopped_source_is_frozen_whatever_else_is_in_the_batch(seeds, beam_size):
+    model = ScriptedModel([RandomTable(seed) for seed in seeds])
+    options = dict(beam_size=beam_size, max_len=7, length_penalty=2.0, stop_early=True)
+    batched = beam_search(model, scripted_source(*range(len(seeds))), **options)
+    for index in range(len(seeds)):
+        alone = beam_search(model, scripted_source(index), **options)
+        assert batched.for_source(index).tokens == alone.tokens
+        assert batched.for_source(index).scores == pytest.approx(alone.scores)
+
+
+def test_a_stopped_source_does_not_run_on_beside_a_longer_one():
+    # SHORT_OR_LONG stops after one step with stop_early (see above); LOCAL_TRAP beside it
+    # runs three steps, during which the stopped source's live slot must not grow into the
+    # "a a" E that alpha=2 would prefer.
+    options = dict(beam_size=2, max_len=6, length_penalty=2.0, stop_early=True)
+    batched = beam_search(MODEL, scripted_source(1, 0), **options)
+    assert batched.for_source(0).tokens == [[]]
+    assert batched.for_source(1).tokens == beam_search(MODEL, scripted_source(0), **options).tokens

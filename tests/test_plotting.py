@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -15,13 +16,68 @@ from qkv.plotting import (
 )
 
 
-def test_alignment_heatmap_is_a_png(tmp_path):
-    weights = torch.softmax(torch.randn(4, 6), -1)
-    path = plot_alignment(
-        weights, list("source"), ["w1", "w2", "w3", "</s>"], tmp_path / "a.png", title="t"
-    )
+def _pixels(path):
     with Image.open(path) as image:
-        assert image.format == "PNG" and image.size[0] > 100
+        assert image.format == "PNG"
+        return np.asarray(image.convert("RGB")).astype(int)
+
+
+def _box(mask):
+    """(top, left, bottom, right) of the True pixels, bottom and right exclusive."""
+    rows, columns = np.nonzero(mask)
+    return rows.min(), columns.min(), rows.max() + 1, columns.max() + 1
+
+
+def _rows_near(mask, column):
+    """The rows holding a True pixel within two columns of ``column``."""
+    return np.flatnonzero(mask[:, column - 2 : column + 3].any(axis=1))
+
+
+def _near(pixels, rgb, tolerance=12):
+    return (np.abs(pixels - np.array(rgb)) <= tolerance).all(axis=-1)
+
+
+@pytest.mark.parametrize("row, column", [(0, 0), (2, 4), (3, 1)])
+def test_the_heatmaps_brightest_cell_is_where_the_weight_is(tmp_path, row, column):
+    """One weight of 1 among zeros: the PNG's only yellow (viridis' top colour) block sits in
+    that cell of the purple (bottom colour) heatmap, counted from the top left."""
+    weights = torch.zeros(4, 6)
+    weights[row, column] = 1.0
+    path = plot_alignment(weights, list("source"), ["w1", "w2", "w3", "</s>"], tmp_path / "a.png")
+    pixels = _pixels(path)
+    hot, cold = _near(pixels, (253, 231, 37)), _near(pixels, (68, 1, 84))
+    # the heatmap is the first block of columns holding the map's colours; the colour bar
+    # (both colours too) is a second block further right
+    columns = np.flatnonzero((hot | cold).any(axis=0))
+    gaps = np.flatnonzero(np.diff(columns) > 1)
+    first_block = columns[: gaps[0] + 1] if len(gaps) else columns
+    in_map = np.zeros_like(hot)
+    in_map[:, first_block] = True
+    hot, cold = hot & in_map, cold & in_map
+    top, left, bottom, right = _box(hot | cold)  # the heatmap's area
+    cell_height, cell_width = (bottom - top) / 4, (right - left) / 6
+    hot_top, hot_left, hot_bottom, hot_right = _box(hot)
+    assert (hot_bottom - hot_top) == pytest.approx(cell_height, rel=0.1)
+    assert (hot_right - hot_left) == pytest.approx(cell_width, rel=0.1)
+    centre = ((hot_top + hot_bottom) / 2 - top, (hot_left + hot_right) / 2 - left)
+    assert (int(centre[0] // cell_height), int(centre[1] // cell_width)) == (row, column)
+
+
+@pytest.mark.parametrize("region", [0, 6, 13])
+def test_the_image_overlay_is_reddest_over_the_attended_region(tmp_path, region):
+    """A black image, all attention on one region of a 4 x 4 grid: the overlay's reddest
+    pixel (jet's top colour) lies in that region's cell of the word's panel."""
+    maps = torch.zeros(1, 16)
+    maps[0, region] = 1.0
+    path = plot_image_attention(torch.zeros(3, 64, 64), ["square"], maps, tmp_path / "o.png")
+    pixels = _pixels(path)
+    red, green, blue = pixels[..., 0], pixels[..., 1], pixels[..., 2]
+    navy = (blue > 40) & (red < 20) & (green < 20)  # jet's bottom colour over black
+    top, left, bottom, right = _box(navy)  # the word's panel (the image panel is black)
+    redness = red - blue
+    y, x = np.unravel_index(redness.argmax(), redness.shape)
+    cell = (int((y - top) / (bottom - top) * 4), int((x - left) / (right - left) * 4))
+    assert cell == divmod(region, 4)
 
 
 def test_grid_and_overlay_are_pngs(tmp_path):
@@ -52,8 +108,13 @@ def test_bleu_by_length_plot_is_a_png_and_checks_its_curves(tmp_path):
     buckets = ["0-10", "11-20", "21+"]
     curves = {"rnn": [20.0, 12.0, 5.0], "rnn-attention": [22.0, 21.0, float("nan")]}
     path = plot_bleu_by_length(buckets, curves, tmp_path / "c.png", counts=[5, 3, 0], title="t")
-    with Image.open(path) as image:
-        assert image.format == "PNG" and image.size[0] > 100
+    pixels = _pixels(path)
+    blue, orange = _near(pixels, (31, 119, 180), 20), _near(pixels, (255, 127, 14), 20)
+    columns = np.flatnonzero(blue.any(axis=0))
+    first, last = columns.min(), columns.max()  # the rnn curve's first and last markers
+    assert _rows_near(blue, first).mean() < _rows_near(blue, last).mean()  # 20 above 5: it falls
+    assert _rows_near(orange, first).mean() < _rows_near(blue, first).mean()  # 22 above 20
+    assert len(_rows_near(orange, last)) == 0  # the empty bucket (NaN) leaves a gap
     with pytest.raises(ValueError, match="has 2 values for 3 buckets"):
         plot_bleu_by_length(buckets, {"rnn": [1.0, 2.0]}, tmp_path / "d.png")
     with pytest.raises(ValueError, match="no curves"):

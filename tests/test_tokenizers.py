@@ -20,6 +20,7 @@ from qkv.data import (
     train_tokenizer,
     training_texts,
 )
+from qkv.data.word_tokenizer import WordTokenizer
 
 CORPUS = [
     Pair("Das Problem sind die Nachbarn.", "The problem is the neighbours."),
@@ -156,3 +157,26 @@ def test_argument_errors(char):
         char.decode([char.vocab_size])
     with pytest.raises(ValueError, match="vocab_size=4"):
         BPETokenizer.train(TEXTS, vocab_size=4)
+
+
+def test_the_captions_word_tokenizer_has_the_common_interface(tmp_path):
+    texts = ["a red circle", "a blue square", "a red square"]
+    tokenizer = WordTokenizer.train(texts)
+    assert tokenizer.words == ["a", "red", "square", "blue", "circle"]  # by count, then a-z
+    assert tokenizer.vocab_size == 4 + 5
+    assert tokenizer.encode("a green circle") == [4, UNK_ID, 8]
+    assert tokenizer.decode([BOS_ID, 4, UNK_ID, 8, EOS_ID]) == "a circle"  # specials skipped
+    assert tokenizer.tokens([4, UNK_ID]) == ["a", "<unk>"]
+    assert WordTokenizer.train(texts, vocab_size=6).words == ["a", "red"]
+    tokenizer.save(tmp_path / "words.json")
+    loaded = load_tokenizer(tmp_path / "words.json")
+    assert isinstance(loaded, WordTokenizer) and loaded.words == tokenizer.words
+    # the first caption vocabulary files: {"kind": "words", "tokens": [specials, words]}
+    legacy = {"kind": "words", "tokens": [*SPECIAL_TOKENS, "a", "red"]}
+    (tmp_path / "old.json").write_text(json.dumps(legacy))
+    assert load_tokenizer(tmp_path / "old.json").words == ["a", "red"]
+    (tmp_path / "bad.json").write_text(json.dumps({"kind": "words", "tokens": ["a", "red"]}))
+    with pytest.raises(ValueError, match="corrupt words tokenizer"):
+        load_tokenizer(tmp_path / "bad.json")
+    with pytest.raises(ValueError, match="unique non-empty strings without spaces"):
+        WordTokenizer(["a", "a"])

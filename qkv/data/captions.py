@@ -7,6 +7,8 @@ Images are float tensors (3, H, W) in [0, 1], RGB, square (see ``qkv.data.scenes
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -19,8 +21,13 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from qkv.data.batch import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, Batch, pad_sequences
+from qkv.errors import DataError
+
+from .tokenizers import Tokenizer
+from .word_tokenizer import WordTokenizer
 
 __all__ = [
+    "remember_images",
     "CaptionExample",
     "CaptionItem",
     "WordVocab",
@@ -129,6 +136,19 @@ class WordVocab:
             json.dumps({"kind": "words", "tokens": self.tokens}, ensure_ascii=False)
         )
 
+    def to_tokenizer(self) -> WordTokenizer:
+        """The same words as a qkv tokenizer (what a checkpoint stores and loads)."""
+        return WordTokenizer(self.tokens[len(SPECIAL_TOKENS) :])
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Tokenizer) -> WordVocab:
+        """The vocabulary of a :class:`WordTokenizer` (ids unchanged)."""
+        if not isinstance(tokenizer, WordTokenizer):
+            raise DataError(
+                f"a caption vocabulary is a 'words' tokenizer, got a {tokenizer.kind!r} one"
+            )
+        return cls([*SPECIAL_TOKENS, *tokenizer.words])
+
     @classmethod
     def load(cls, path: str | Path) -> WordVocab:
         try:
@@ -216,3 +236,40 @@ def collate_captions(items: Sequence[CaptionItem]) -> Batch:
     return Batch(
         images, captions, torch.as_tensor([item.index for item in items], dtype=torch.long)
     )
+
+
+#: Decoded training images are kept in memory (as bytes) up to this many bytes.
+IMAGE_CACHE_BYTES = 2 * 1024**3
+
+
+class _ImageMemory:
+    """Keeps decoded images (as uint8 when that is exact) so later epochs skip the decoding."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes, self.used = max_bytes, 0
+        self.images: dict[int, Tensor] = {}
+
+    def load(self, index: int, loader: Callable[[], Tensor]) -> Tensor:
+        stored = self.images.get(index)
+        if stored is not None:
+            return stored.float().div_(255.0) if stored.dtype == torch.uint8 else stored
+        image = loader()
+        as_bytes = (image * 255.0).round_().clamp_(0, 255).to(torch.uint8)
+        exact = torch.equal(as_bytes.float().div_(255.0), image)
+        keep = as_bytes if exact else image
+        size = keep.numel() * keep.element_size()
+        if self.used + size <= self.max_bytes:
+            self.images[index], self.used = keep, self.used + size
+        return image
+
+
+def remember_images(
+    examples: Sequence[CaptionExample], *, max_bytes: int = IMAGE_CACHE_BYTES
+) -> list[CaptionExample]:
+    """The same examples, whose images are decoded once and then kept in memory (up to
+    ``max_bytes``; images past that are decoded on every access, as before)."""
+    memory = _ImageMemory(max_bytes)
+    return [
+        dataclasses.replace(e, load_image=functools.partial(memory.load, i, e.load_image))
+        for i, e in enumerate(examples)
+    ]

@@ -251,12 +251,19 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
             document = json.load(handle)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{path} is not a qkv tokenizer file: not valid JSON ({error})") from None
-    if not isinstance(document, dict) or document.get("format") != _FILE_FORMAT:
+    # The captions' first vocabulary files hold {"kind": "words", "tokens": [...]} only.
+    legacy_words = isinstance(document, dict) and document.get("kind") == "words"
+    if not isinstance(document, dict) or (
+        document.get("format") != _FILE_FORMAT and not legacy_words
+    ):
         raise ValueError(f"{path} is not a qkv tokenizer file (no 'format': '{_FILE_FORMAT}')")
+    from .word_tokenizer import WordTokenizer  # a subclass of Tokenizer: imported here
+
+    kinds = {**_KINDS, WordTokenizer.kind: WordTokenizer}
     kind = document.get("kind")
-    if kind not in _KINDS:
-        raise ValueError(f"{path} holds tokenizer kind {kind!r}; known: {', '.join(_KINDS)}")
+    if kind not in kinds:
+        raise ValueError(f"{path} holds tokenizer kind {kind!r}; known: {', '.join(kinds)}")
     try:
-        return _KINDS[kind]._from_state(document)
+        return kinds[kind]._from_state(document)
     except Exception as error:  # KeyError, TypeError, the HF parser's own exception
         raise ValueError(f"{path} is a corrupt {kind} tokenizer file: {error}") from None

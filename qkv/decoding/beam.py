@@ -12,8 +12,16 @@ How it works (all sources at once, no Python loop over the batch inside a step):
   better candidates.
 - A source is done when all K of its slots are finished: every alive continuation ranked
   below them (with ``length_penalty=0`` no continuation can ever catch up, since adding
-  log-probabilities only lowers a score). Search stops when every source is done, or after
-  ``max_len`` generated tokens (EOS included); unfinished hypotheses then compete as they are.
+  log-probabilities only lowers a score).  With ``length_penalty=0`` it is also done as soon
+  as its ``num_return`` best-ranked slots are finished, which is then exact (nothing alive
+  can still overtake them).  With a length penalty a longer hypothesis can overtake, so the
+  same rule is a heuristic, used only when asked for (``stop_early=True``, as OpenNMT
+  stops when its best hypothesis has ended): a weak model otherwise keeps extending
+  hypotheses to ``max_len`` long after greedy search has stopped, which (not the cost of a
+  step) is where beam search's extra time goes.  A done source's slots are frozen, so its
+  result never depends on the rest of the batch.  Search stops when
+  every source is done, or after ``max_len`` generated tokens (EOS included); unfinished
+  hypotheses then compete as they are.
 
 With ``beam_size=1`` this is exactly greedy search (same tokens, same scores).
 """
@@ -52,13 +60,16 @@ def beam_search(
     eos_id: int = DEFAULT_EOS_ID,
     pad_id: int = DEFAULT_PAD_ID,
     need_attention: bool = False,
+    stop_early: bool = False,
 ) -> Hypotheses:
     """Decode every source of the batch with beam search, all at once.
 
     ``length_penalty`` is GNMT's alpha: hypotheses are ranked by
     ``sum of log-probs / ((5 + length) / 6) ** alpha`` (see :func:`length_penalty_factor`);
     0 ranks by the raw sum. ``num_return`` (<= beam_size) hypotheses per source come back,
-    best first, sentence-major (see :class:`Hypotheses`).
+    best first, sentence-major (see :class:`Hypotheses`).  ``stop_early``: with a length
+    penalty too, a source stops once its ``num_return`` best hypotheses have ended (a
+    heuristic; see the module docstring).
 
     Shapes: source (B, S) token ids or (B, C, H, W) images -> B * num_return hypotheses;
     with ``need_attention`` each carries a (len(tokens), S) attention tensor, its rows
@@ -85,6 +96,7 @@ def beam_search(
     scores[:, 0] = 0.0  # only slot 0 is alive at the start
     lengths = torch.zeros(batch_size, k, dtype=torch.long, device=device)
     finished = torch.zeros(batch_size, k, dtype=torch.bool, device=device)
+    done = torch.zeros(batch_size, dtype=torch.bool, device=device)  # (B,) source settled
     # Back-pointers, one entry per step, each (B, K): the token a slot took and the slot it
     # came from; with need_attention the (B, K, S) attention of the step that produced it.
     history_tokens: list[Tensor] = []
@@ -104,21 +116,23 @@ def beam_search(
         log_probs = output.log_probs.reshape(batch_size, k, vocab_size)
 
         candidates = scores.unsqueeze(-1) + log_probs  # (B, K, V)
-        # A finished slot offers one candidate, itself with its frozen score, under pad_id.
+        # A finished slot (or any slot of a done source) offers one candidate, itself with
+        # its frozen score, under pad_id.
+        stopped = finished | done.unsqueeze(1)  # (B, K)
         frozen = torch.full_like(candidates, float("-inf"))
         frozen[..., pad_id] = scores
-        candidates = torch.where(finished.unsqueeze(-1), frozen, candidates)
-        candidate_lengths = torch.where(finished, lengths, step)  # (B, K)
+        candidates = torch.where(stopped.unsqueeze(-1), frozen, candidates)
+        candidate_lengths = torch.where(stopped, lengths, step)  # (B, K)
         penalty = length_penalty_factor(candidate_lengths.to(candidates.dtype), length_penalty)
         ranking = candidates / penalty.unsqueeze(-1)
 
         _, best = ranking.view(batch_size, k * vocab_size).topk(k, dim=-1)  # (B, K)
         origin = torch.div(best, vocab_size, rounding_mode="floor")  # (B, K) slot it extends
         chosen = best % vocab_size  # (B, K)
-        was_finished = finished.gather(1, origin)
+        was_stopped = stopped.gather(1, origin)
         scores = candidates.view(batch_size, k * vocab_size).gather(1, best)
-        lengths = torch.where(was_finished, lengths.gather(1, origin), step)
-        finished = was_finished | (chosen == eos_id)
+        lengths = torch.where(was_stopped, lengths.gather(1, origin), step)
+        finished = finished.gather(1, origin) | (~was_stopped & (chosen == eos_id))
 
         history_tokens.append(chosen)
         history_origins.append(origin)
@@ -126,7 +140,12 @@ def beam_search(
             attention = output.attention.reshape(batch_size, k, -1)
             history_attention.append(attention.gather(1, _expand_like(origin, attention)))
         # Dead slots (score -inf, possible when K exceeds the live candidates) count as done.
-        if bool((finished | scores.isneginf()).all()):
+        done = done | (finished | scores.isneginf()).all(dim=-1)
+        if stop_early or length_penalty == 0:
+            current = scores / length_penalty_factor(lengths.to(scores.dtype), length_penalty)
+            leaders = current.topk(num_return, dim=-1).indices  # (B, n) best-ranked slots
+            done = done | finished.gather(1, leaders).all(dim=-1)
+        if bool(done.all()):
             break
         rows = (origin + row_offset).view(-1)
         state = select_state(output.state, rows)

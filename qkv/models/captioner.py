@@ -8,7 +8,9 @@ at each step t, reading the previous word y_{t-1}:
     z_t = beta_t * sum_p alpha_tp a_p,  beta_t = sigmoid(w_beta . h_{t-1} + b)
     h_t, c_t = LSTM([E y_{t-1}; z_t], (h_{t-1}, c_{t-1}))
     logits_t = L_o dropout(tanh(E y_{t-1} + L_h h_t + L_z z_t))     the deep output
-The baseline (``attention=False``) uses z_t = beta_t * mean_p a_p at every step.
+The baseline (``attention=False``) uses z_t = beta_t * mean_p a_p at every step; both are
+components (``captioner_context``: :class:`AttendedRegions` or :class:`MeanRegion`, and
+:class:`ContextGate` or :class:`NoGate`), chosen once when the model is built.
 
 Training adds the doubly stochastic regulariser lambda * sum_p (1 - sum_t alpha_tp)^2
 (each region looked at about once over a caption) as ``Seq2SeqOutput.aux_loss``.  The
@@ -27,11 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qkv.layers.attention import Attention, AttentionMemory
+from qkv.layers.attention import AttentionMemory
 
 from .base import Seq2SeqOutput, StepOutput
 from .captioner_config import CaptionerConfig
+from .captioner_context import AttendedRegions, ContextGate, MeanRegion, NoGate
 from .captioner_encoder import build_region_encoder
+from .checks import check_token_ids
 from .registry import register_model
 
 __all__ = [
@@ -103,18 +107,8 @@ class Captioner(nn.Module):
         self.embedding = nn.Embedding(config.vocab_size, embedding_dim, padding_idx=config.pad_id)
         self.init_hidden = nn.Linear(feature_dim, hidden_dim)
         self.init_cell = nn.Linear(feature_dim, hidden_dim)
-        self.attention: Attention | None = None
-        if config.attention:
-            # Dot scores need keys as wide as the query h_{t-1}: project the regions to H.
-            same_width = config.score in ("dot", "scaled_dot") and feature_dim != hidden_dim
-            self.attention = Attention(
-                query_dim=hidden_dim,
-                input_dim=feature_dim,
-                key_dim=hidden_dim if same_width else None,
-                score=config.score,
-                hidden_dim=config.attention_dim,
-            )
-        self.gate = nn.Linear(hidden_dim, 1) if config.gate else None
+        self.attention = _context_source(config)
+        self.gate = ContextGate(hidden_dim) if config.gate else NoGate()
         self.lstm = nn.LSTMCell(embedding_dim + feature_dim, hidden_dim)
         self.output_hidden = nn.Linear(hidden_dim, embedding_dim)  # L_h
         self.output_context = nn.Linear(feature_dim, embedding_dim)  # L_z
@@ -134,7 +128,7 @@ class Captioner(nn.Module):
 
     def _initial_state(self, regions: Tensor) -> CaptionerState:
         mean_region = regions.mean(dim=1)  # (B, D)
-        memory = None if self.attention is None else self.attention.memory(regions)
+        memory = self.attention.memory(regions)
         return CaptionerState(
             hidden=self.init_hidden(mean_region).tanh(),  # (B, H)
             cell=self.init_cell(mean_region).tanh(),  # (B, H)
@@ -150,15 +144,8 @@ class Captioner(nn.Module):
         """Read E y_{t-1}; returns the new state, z_t (B, D), alpha_t (B, P) or None, and
         beta_t (B,).  Shapes: embedded (B, E)."""
         previous = state.hidden  # h_{t-1}: (B, H)
-        if state.memory is None:
-            context, weights = state.mean_region, None  # (B, D)
-        else:
-            context, weights = self.attention.attend(previous[:, None, :], state.memory)
-            context, weights = context[:, 0], weights[:, 0]  # (B, D), (B, P)
-        if self.gate is None:
-            gate = previous.new_ones(previous.shape[0])  # (B,)
-        else:
-            gate = torch.sigmoid(self.gate(previous)).squeeze(-1)  # (B,)
+        context, weights = self.attention.read(previous, state.memory, state.mean_region)
+        gate = self.gate(previous)  # beta_t: (B,)
         context = gate[:, None] * context  # z_t: (B, D)
         hidden, cell = self.lstm(torch.cat([embedded, context], dim=-1), (previous, state.cell))
         return CaptionerState(hidden, cell, state.memory, state.mean_region), context, weights, gate
@@ -177,7 +164,7 @@ class Captioner(nn.Module):
 
         Shapes: images (B, 3, H, W), target_input (B, T) token ids -> see
         :class:`CaptionerDecoding`."""
-        _check_ids(target_input, "target_input")
+        check_token_ids(target_input, "target_input", unit="caption")
         if images.dim() != 4 or images.shape[0] != target_input.shape[0]:
             raise ValueError(
                 f"images (B, 3, H, W) and target_input (B, T) must share B; got "
@@ -241,13 +228,19 @@ class Captioner(nn.Module):
         return StepOutput(F.log_softmax(logits.float(), dim=-1), state, weights)
 
 
-def _check_ids(tokens: Tensor, name: str) -> None:
-    if tokens.dim() != 2:
-        raise ValueError(f"{name} must be token ids of shape (B, T), got {tuple(tokens.shape)}")
-    if tokens.dtype not in (torch.long, torch.int32):
-        raise TypeError(f"{name} must hold integer token ids, got {tokens.dtype}")
-    if tokens.shape[1] == 0:
-        raise ValueError(f"{name} is empty (length 0); every caption needs at least one token")
+def _context_source(config: CaptionerConfig) -> AttendedRegions | MeanRegion:
+    """Attention over the regions, or the baseline's mean region (``config.attention``)."""
+    if not config.attention:
+        return MeanRegion()
+    # Dot scores need keys as wide as the query h_{t-1}: project the regions to H.
+    same_width = config.score in ("dot", "scaled_dot") and config.feature_dim != config.hidden_dim
+    return AttendedRegions(
+        query_dim=config.hidden_dim,
+        input_dim=config.feature_dim,
+        key_dim=config.hidden_dim if same_width else None,
+        score=config.score,
+        hidden_dim=config.attention_dim,
+    )
 
 
 register_model("captioner", CaptionerConfig, Captioner)

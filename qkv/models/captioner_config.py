@@ -9,6 +9,8 @@ from typing import Any
 
 from qkv.layers.scores import available_scores
 
+from .checks import check_dropout, check_positive_ints
+
 __all__ = ["CaptionerConfig", "SMALL_RESNET", "TORCHVISION_PREFIX", "torchvision_available"]
 
 #: The encoder written here, trained from scratch: ``qkv.layers.cnn.SmallResNet``.
@@ -78,18 +80,19 @@ class CaptionerConfig:
     max_len: int = 30
 
     def __post_init__(self) -> None:
-        for name in (
-            "vocab_size",
-            "image_size",
-            "feature_dim",
-            "grid",
-            "embedding_dim",
-            "hidden_dim",
-            "max_len",
-        ):
-            _check_positive(name, getattr(self, name))
-        if self.attention_dim is not None:
-            _check_positive("attention_dim", self.attention_dim)
+        check_positive_ints(
+            self,
+            (
+                "vocab_size",
+                "image_size",
+                "feature_dim",
+                "grid",
+                "embedding_dim",
+                "hidden_dim",
+                "max_len",
+                "attention_dim",  # optional: None means hidden_dim
+            ),
+        )
         if self.grid > self.image_size:
             raise ValueError(
                 f"grid={self.grid} regions per side cannot exceed image_size={self.image_size} "
@@ -109,8 +112,7 @@ class CaptionerConfig:
                 f"doubly_stochastic={self.doubly_stochastic} is the weight lambda of the "
                 "regulariser; it must be >= 0 (0 disables it)"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
+        check_dropout(self.dropout)
         for name in ("pad_id", "eos_id"):
             value = getattr(self, name)
             if not isinstance(value, int) or not 0 <= value < self.vocab_size:
@@ -148,8 +150,3 @@ class CaptionerConfig:
     def replace(self, **changes: Any) -> CaptionerConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
-
-
-def _check_positive(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive integer")

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from qkv.layers.recurrent import BidirectionalEncoder, EncoderStates
 
 from .base import Seq2SeqOutput, StepOutput
+from .checks import check_token_ids
 from .registry import register_model
 from .rnn_config import NO_ATTENTION, RNNConfig
 from .rnn_decoders import (
@@ -118,7 +119,7 @@ class RNNTranslator(nn.Module):
         each sequence is fed its own previous argmax instead of the true token with
         probability p.
         """
-        _check_ids(target_input, "target_input")
+        check_token_ids(target_input, "target_input")
         state = self.start(source)
         if target_input.shape[0] != state.hidden.shape[0]:
             raise ValueError(
@@ -225,18 +226,9 @@ def _apply_layerwise(layers: nn.ModuleList, states: Tensor) -> Tensor:
     return torch.stack([layer(states[:, i]) for i, layer in enumerate(layers)], dim=1).tanh()
 
 
-def _check_ids(tokens: Tensor, name: str) -> None:
-    if tokens.dim() != 2:
-        raise ValueError(f"{name} must be token ids of shape (B, T), got {tuple(tokens.shape)}")
-    if tokens.dtype not in (torch.long, torch.int32):
-        raise TypeError(f"{name} must hold integer token ids, got {tokens.dtype}")
-    if tokens.shape[1] == 0:
-        raise ValueError(f"{name} is empty (length 0); every sequence needs at least one token")
-
-
 def _check_source(source: Tensor, pad_id: int) -> Tensor:
     """Returns which positions are real tokens, (B, S), after checking the padding."""
-    _check_ids(source, "source")
+    check_token_ids(source, "source")
     real = source != pad_id  # (B, S)
     lengths = real.sum(dim=1)
     empty = (lengths == 0).nonzero().flatten().tolist()

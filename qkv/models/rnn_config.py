@@ -10,6 +10,8 @@ from typing import Any
 from qkv.layers.recurrent import RECURRENT_CELLS
 from qkv.layers.scores import available_scores
 
+from .checks import check_dropout, check_positive_ints, check_vocabularies
+
 __all__ = ["RNNConfig", "CELLS", "NO_ATTENTION"]
 
 CELLS = tuple(RECURRENT_CELLS)  # ("gru", "lstm")
@@ -68,17 +70,18 @@ class RNNConfig:
     def __post_init__(self) -> None:
         if self.target_vocab_size is None:
             object.__setattr__(self, "target_vocab_size", self.source_vocab_size)
-        for name in (
-            "source_vocab_size",
-            "target_vocab_size",
-            "embedding_dim",
-            "hidden_dim",
-            "num_layers",
-            "max_len",
-        ):
-            _check_positive(name, getattr(self, name))
-        if self.attention_dim is not None:
-            _check_positive("attention_dim", self.attention_dim)
+        check_positive_ints(
+            self,
+            (
+                "source_vocab_size",
+                "target_vocab_size",
+                "embedding_dim",
+                "hidden_dim",
+                "num_layers",
+                "max_len",
+                "attention_dim",  # optional: None means hidden_dim
+            ),
+        )
         if self.cell not in CELLS:
             raise ValueError(f"cell={self.cell!r} is not one of {CELLS}")
         known = [*available_scores(), NO_ATTENTION]
@@ -95,29 +98,13 @@ class RNNConfig:
                 f"'general', got attention={self.attention!r} (the additive decoder already "
                 "feeds its context into the recurrent step); set input_feeding=False"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
+        check_dropout(self.dropout)
         if not 0.0 <= self.scheduled_sampling <= 1.0:
             raise ValueError(
                 f"scheduled_sampling={self.scheduled_sampling} is a probability, in [0, 1]"
             )
-        if self.share_embeddings and self.source_vocab_size != self.target_vocab_size:
-            raise ValueError(
-                f"share_embeddings=True needs one vocabulary, but source_vocab_size="
-                f"{self.source_vocab_size} != target_vocab_size={self.target_vocab_size}; "
-                "build a joint vocabulary or set share_embeddings=False"
-            )
-        if not 0 <= self.pad_id < min(self.source_vocab_size, self.target_vocab_size):
-            raise ValueError(
-                f"pad_id={self.pad_id} must be a token id of both vocabularies "
-                f"(sizes {self.source_vocab_size}, {self.target_vocab_size})"
-            )
+        check_vocabularies(self)
 
     def replace(self, **changes: Any) -> RNNConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
-
-
-def _check_positive(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive integer")

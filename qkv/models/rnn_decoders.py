@@ -29,6 +29,8 @@ from torch import Tensor, nn
 from qkv.layers.attention import Attention, AttentionMemory
 from qkv.layers.recurrent import EncoderStates, make_recurrent, run_recurrent
 
+from .rnn_cells import cell_weights, step_cells
+
 __all__ = [
     "RNNState",
     "DecoderOutput",
@@ -74,18 +76,6 @@ class RecurrentDecoder(nn.Module, abc.ABC):
 
     parallel: bool = False
 
-    def __init__(
-        self, *, input_dim: int, hidden_dim: int, num_layers: int, cell: str, dropout: float
-    ):
-        super().__init__()
-        self.rnn = make_recurrent(
-            cell,
-            input_dim=input_dim,
-            hidden_dim=hidden_dim,
-            num_layers=num_layers,
-            dropout=dropout,
-        )
-
     @abc.abstractmethod
     def start(
         self, encoded: EncoderStates, hidden: Tensor, cell: Tensor | None, source_mask: Tensor
@@ -106,7 +96,17 @@ class RecurrentDecoder(nn.Module, abc.ABC):
 
 class BahdanauDecoder(RecurrentDecoder):
     """s_t = RNN([E y_{t-1}; c_t], s_{t-1}) with c_t = attend(s_{t-1}, h);
-    features = tanh(W_o [s_t; c_t; E y_{t-1}])."""
+    features = tanh(W_o [s_t; c_t; E y_{t-1}]).
+
+    Each context depends on the previous state, so the recurrence runs one step at a time,
+    and only what must: the keys W_k h_j are prepared once in ``start``, the padding mask
+    becomes an additive bias once per call, each step is one GRU/LSTM cell kernel per layer
+    (``rnn_cells``; the parameters stay ``nn.GRU``'s), and the readout of all steps is one
+    matmul after the loop.  ``parallel``: a whole teacher-forced target goes through one
+    call (the steps loop inside it).
+    """
+
+    parallel = True
 
     def __init__(
         self,
@@ -119,13 +119,10 @@ class BahdanauDecoder(RecurrentDecoder):
         dropout: float,
         attention_dim: int | None = None,
     ):
+        super().__init__()
         input_dim = embedding_dim + context_dim
-        super().__init__(
-            input_dim=input_dim,
-            hidden_dim=hidden_dim,
-            num_layers=num_layers,
-            cell=cell,
-            dropout=dropout,
+        self.rnn = make_recurrent(
+            cell, input_dim=input_dim, hidden_dim=hidden_dim, num_layers=num_layers, dropout=dropout
         )
         self.attention = Attention(
             query_dim=hidden_dim, input_dim=context_dim, score="additive", hidden_dim=attention_dim
@@ -138,15 +135,35 @@ class BahdanauDecoder(RecurrentDecoder):
         return RNNState(hidden, cell, source_mask, memory=self.attention.memory(encoded.outputs))
 
     def forward(self, embedded: Tensor, state: RNNState) -> DecoderOutput:
-        self._check_one_step(embedded)
-        previous = state.hidden[:, -1:]  # s_{t-1}, the top layer: (B, 1, H)
-        context, weights = self.attention.attend(previous, state.memory, mask=state.source_mask)
-        inputs = torch.cat([embedded, context], dim=-1)  # (B, 1, E + 2H)
-        output, hidden, cell = run_recurrent(self.rnn, inputs, state.hidden, state.cell)
+        keys, values = state.memory  # W_k h_j + b: (B, S, A); h_j: (B, S, 2H)
+        score = self.attention.score
+        # Every source holds a real token (the model checks), so no row is fully masked and
+        # a plain softmax over scores + bias is the masked softmax.
+        bias = torch.zeros(state.source_mask.shape, dtype=keys.dtype, device=keys.device)
+        bias.masked_fill_(~state.source_mask, float("-inf"))  # (B, 1, S)
+        hidden = list(state.hidden.unbind(1))  # L x (B, H)
+        cell = None if state.cell is None else list(state.cell.unbind(1))
+        layers = cell_weights(self.rnn)
+        outputs, contexts, weights = [], [], []
+        # unbind, not embedded[:, t]: the backward of T slices would each zero-fill (B, T, E)
+        for step_embedded in embedded.unbind(1):  # (B, E)
+            previous = hidden[-1][:, None]  # s_{t-1}, the top layer: (B, 1, H)
+            alpha = torch.softmax(score.score(previous, keys) + bias, dim=-1)  # (B, 1, S)
+            context = alpha @ values  # (B, 1, 2H)
+            inputs = torch.cat([step_embedded, context[:, 0]], dim=-1)  # (B, E + 2H)
+            hidden, cell = step_cells(self.rnn, layers, inputs, hidden, cell)
+            outputs.append(hidden[-1])
+            contexts.append(context)
+            weights.append(alpha)
+        output = torch.stack(outputs, dim=1)  # (B, T, H)
+        context = torch.cat(contexts, dim=1)  # (B, T, 2H)
         features = self.readout(torch.cat([output, context, embedded], dim=-1)).tanh()
-        return DecoderOutput(
-            features, dataclasses.replace(state, hidden=hidden, cell=cell), weights
+        new_state = dataclasses.replace(
+            state,
+            hidden=torch.stack(hidden, dim=1),
+            cell=None if cell is None else torch.stack(cell, dim=1),
         )
+        return DecoderOutput(features, new_state, torch.cat(weights, dim=1))
 
 
 class LuongDecoder(RecurrentDecoder):
@@ -165,11 +182,12 @@ class LuongDecoder(RecurrentDecoder):
         dropout: float,
         input_feeding: bool = False,
     ):
-        super().__init__(
+        super().__init__()
+        self.rnn = make_recurrent(
+            cell,
             input_dim=embedding_dim + (hidden_dim if input_feeding else 0),
             hidden_dim=hidden_dim,
             num_layers=num_layers,
-            cell=cell,
             dropout=dropout,
         )
         # Dot scores need keys as wide as the query: project the 2H-wide encoder states to
@@ -221,13 +239,10 @@ class ContextDecoder(RecurrentDecoder):
         cell: str,
         dropout: float,
     ):
+        super().__init__()
         input_dim = embedding_dim + context_dim
-        super().__init__(
-            input_dim=input_dim,
-            hidden_dim=hidden_dim,
-            num_layers=num_layers,
-            cell=cell,
-            dropout=dropout,
+        self.rnn = make_recurrent(
+            cell, input_dim=input_dim, hidden_dim=hidden_dim, num_layers=num_layers, dropout=dropout
         )
         self.readout = nn.Linear(hidden_dim + input_dim, hidden_dim)
 

@@ -35,6 +35,7 @@ from qkv.layers.blocks import DecoderBlock, DecoderLayerState, EncoderBlock
 from qkv.layers.position_registry import build_attention_positions, build_input_positions
 
 from .base import Seq2SeqOutput, StepOutput
+from .checks import check_token_ids
 from .registry import register_model
 from .transformer_config import TransformerConfig
 from .transformer_stack import TransformerDecoder, TransformerEncoder
@@ -153,7 +154,7 @@ class Transformer(nn.Module):
 
     def encode(self, source: Tensor, *, need_weights: bool = False) -> EncoderOutput:
         """Shapes: source (B, S) token ids -> memory (B, S, D), source_mask (B, 1, 1, S)."""
-        _check_ids(source, "source")
+        check_token_ids(source, "source")
         source_mask = padding_mask(source, self.config.pad_id)  # (B, 1, 1, S)
         x = self._drop_words(source, self.source_embedding(source) * self.embedding_scale)
         x = self.source_positions(x)
@@ -170,7 +171,7 @@ class Transformer(nn.Module):
     ) -> DecoderOutput:
         """Shapes: target_input (B, T) ids, memory (B, S, D), source_mask (B, 1, 1, S)
         -> logits (B, T, V)."""
-        _check_ids(target_input, "target_input")
+        check_token_ids(target_input, "target_input")
         x = self.target_embedding(target_input) * self.embedding_scale  # (B, T, D)
         x = self.target_positions(self._drop_words(target_input, x), offset=0)
         out = self.decoder(x, memory, memory_mask=source_mask, need_weights=need_weights)
@@ -243,15 +244,6 @@ class Transformer(nn.Module):
         droppable = (tokens != self.config.pad_id) & (tokens != self.config.bos_id)
         dropped = droppable & (torch.rand(tokens.shape, device=tokens.device) < rate)
         return embedded.masked_fill(dropped[..., None], 0.0)
-
-
-def _check_ids(tokens: Tensor, name: str) -> None:
-    if tokens.dim() != 2:
-        raise ValueError(f"{name} must be token ids of shape (B, T), got {tuple(tokens.shape)}")
-    if tokens.dtype not in (torch.long, torch.int32, torch.int64):
-        raise TypeError(f"{name} must hold integer token ids, got {tokens.dtype}")
-    if tokens.shape[1] == 0:
-        raise ValueError(f"{name} is empty (length 0); every sequence needs at least one token")
 
 
 register_model("transformer", TransformerConfig, Transformer)

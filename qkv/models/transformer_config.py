@@ -10,6 +10,8 @@ from qkv.errors import InputError
 from qkv.layers.feedforward import ACTIVATIONS
 from qkv.layers.position_registry import available_positions, build_attention_positions
 
+from .checks import check_dropout, check_positive_ints, check_vocabularies
+
 __all__ = ["TransformerConfig"]
 
 
@@ -78,22 +80,18 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         if self.target_vocab_size is None:
             object.__setattr__(self, "target_vocab_size", self.source_vocab_size)
-        for name in ("source_vocab_size", "target_vocab_size", "d_model", "num_heads", "d_ff"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive integer")
-        for name in ("num_encoder_layers", "num_decoder_layers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{name}={value!r} must be a non-negative integer")
+        check_positive_ints(
+            self,
+            ("source_vocab_size", "target_vocab_size", "d_model", "num_heads", "d_ff", "max_len"),
+        )
+        check_positive_ints(self, ("num_encoder_layers", "num_decoder_layers"), allow_zero=True)
         if self.num_decoder_layers == 0:
             raise ValueError("num_decoder_layers=0: a translation model needs a decoder")
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
+        check_dropout(self.dropout)
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation={self.activation!r} is not one of {sorted(ACTIVATIONS)}")
         if self.positions not in available_positions():
@@ -101,19 +99,7 @@ class TransformerConfig:
         # building the (parameter-free) attention component checks its sizes: RoPE needs an
         # even head width
         build_attention_positions(self.positions, d_model=self.d_model, num_heads=self.num_heads)
-        if self.max_len < 1:
-            raise ValueError(f"max_len={self.max_len} must be a positive integer")
-        if self.share_embeddings and self.source_vocab_size != self.target_vocab_size:
-            raise ValueError(
-                f"share_embeddings=True needs one vocabulary, but source_vocab_size="
-                f"{self.source_vocab_size} != target_vocab_size={self.target_vocab_size}; "
-                "build a joint vocabulary or set share_embeddings=False"
-            )
-        if not 0 <= self.pad_id < min(self.source_vocab_size, self.target_vocab_size):
-            raise ValueError(
-                f"pad_id={self.pad_id} must be a token id of both vocabularies "
-                f"(sizes {self.source_vocab_size}, {self.target_vocab_size})"
-            )
+        check_vocabularies(self)
         if self.layer_norm_eps <= 0:
             raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be positive")
         self._check_dropout_sites()

@@ -2,6 +2,7 @@
 (matplotlib, files only)."""
 
 from .curves import plot_bleu_by_length, plot_training_log
+from .figures import save_figure
 from .frames import plot_frame_attention
 from .heatmaps import plot_alignment, plot_alignment_grid, plot_image_attention
 
@@ -12,4 +13,5 @@ __all__ = [
     "plot_bleu_by_length",
     "plot_training_log",
     "plot_frame_attention",
+    "save_figure",
 ]

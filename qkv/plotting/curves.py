@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")  # files, never a window: works on a headless machine
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .heatmaps import _save  # noqa: E402
+from .figures import save_figure  # noqa: E402
 
 __all__ = ["plot_bleu_by_length", "plot_training_log"]
 
@@ -56,7 +56,7 @@ def plot_bleu_by_length(
     ax.legend()
     if title:
         ax.set_title(title, fontsize=10)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def plot_training_log(
@@ -95,7 +95,7 @@ def plot_training_log(
     ax.legend(handles, labels, loc="upper center", fontsize=8)
     if title:
         ax.set_title(title, fontsize=10)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def _read_log(path: str | Path) -> list[dict]:

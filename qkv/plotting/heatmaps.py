@@ -14,6 +14,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
+from .figures import save_figure  # noqa: E402
+
 __all__ = ["plot_alignment", "plot_alignment_grid", "plot_image_attention"]
 
 
@@ -67,7 +69,7 @@ def plot_alignment(
     fig, ax = plt.subplots(figsize=(width, height))
     _draw(ax, weights, source_tokens, target_tokens, title)
     fig.colorbar(ax.images[0], ax=ax, fraction=0.04)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_alignment_grid(
@@ -98,7 +100,7 @@ def plot_alignment_grid(
         _check_alignment(weights[index], source_tokens, target_tokens)
         title = titles[index] if titles else f"head {index}"
         _draw(ax, weights[index], source_tokens, target_tokens, title)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_image_attention(
@@ -142,7 +144,7 @@ def plot_image_attention(
     for ax in axes:
         ax.set_xticks([])
         ax.set_yticks([])
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _upsample(grid_weights: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -152,12 +154,3 @@ def _upsample(grid_weights: np.ndarray, height: int, width: int) -> np.ndarray:
         tensor, size=(height, width), mode="bilinear", align_corners=False
     )
     return smooth[0, 0].numpy()
-
-
-def _save(fig, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

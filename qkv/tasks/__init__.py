@@ -1,15 +1,10 @@
 """Whole jobs built from the library: train, translate, evaluate, plot (what the CLI calls)."""
 
-from .captioner_eval import (
-    Caption,
-    CaptionScores,
-    ImageCaptioner,
-    evaluate_captioning,
-    plot_caption_attention,
-)
+from .captioner_eval import CaptionScores, evaluate_captioning
 from .captioning import CaptioningSetup, caption_examples, train_captioning
 from .captioning_demo import demo_captioning
 from .demo import run_demo
+from .image_captioner import Caption, ImageCaptioner, plot_caption_attention
 from .plots import plot_translation_attention
 from .translation import (
     MODEL_BUILDERS,

@@ -14,22 +14,28 @@ number of regions P, so ``max_tokens = 4096`` with 8 x 8 regions gives 64 captio
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from ..data import Batch
-from ..data.captions import CaptionDataset, CaptionExample, WordVocab, collate_captions
+from ..data.captions import (
+    CaptionDataset,
+    CaptionExample,
+    WordVocab,
+    collate_captions,
+    remember_images,
+)
 from ..data.karpathy import read_karpathy
 from ..data.scenes import scene_dataset
 from ..models import CaptionerConfig, build_model
-from ..training import TrainConfig, TrainResult, read_pointer, train
-from .captioner_eval import ImageCaptioner, evaluate_captioning, read_vocab
+from ..training import TrainConfig, TrainResult, load_checkpoint, read_pointer, train
+from .captioner_eval import evaluate_captioning
+from .image_captioner import VOCAB_FILE, ImageCaptioner, vocabulary_of
 
 __all__ = [
     "SCENES",
@@ -38,16 +44,13 @@ __all__ = [
     "CaptionTrainingData",
     "caption_examples",
     "remember_images",
+    "MODEL_FIELDS",
     "build_captioner",
     "train_captioning",
 ]
 
 #: ``--data`` value of the generated scenes.
 SCENES = "shapes"
-#: The vocabulary's name among the checkpoint's tokenizers (file ``tokenizer_vocab.json``).
-VOCAB_FILE = "vocab"
-#: Decoded training images are kept in memory (as bytes) up to this many bytes.
-IMAGE_CACHE_BYTES = 2 * 1024**3
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,14 @@ class CaptioningSetup:
                 raise ValueError(f"{name}={value!r} must be a positive number of images or None")
 
 
+#: The setup fields that are CaptionerConfig fields of the same name and meaning.
+MODEL_FIELDS = tuple(
+    field.name
+    for field in dataclasses.fields(CaptioningSetup)
+    if field.name in {f.name for f in dataclasses.fields(CaptionerConfig)}
+)
+
+
 # ---------------------------------------------------------------------------- data
 
 
@@ -149,39 +160,6 @@ def _karpathy_has_split(path: Path, split: str) -> bool:
         return True  # let read_karpathy report what is wrong, in its own words
 
 
-class _ImageMemory:
-    """Keeps decoded images (as uint8 when that is exact) so later epochs skip the decoding."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes, self.used = max_bytes, 0
-        self.images: dict[int, Tensor] = {}
-
-    def load(self, index: int, loader: Callable[[], Tensor]) -> Tensor:
-        stored = self.images.get(index)
-        if stored is not None:
-            return stored.float().div_(255.0) if stored.dtype == torch.uint8 else stored
-        image = loader()
-        as_bytes = (image * 255.0).round_().clamp_(0, 255).to(torch.uint8)
-        exact = torch.equal(as_bytes.float().div_(255.0), image)
-        keep = as_bytes if exact else image
-        size = keep.numel() * keep.element_size()
-        if self.used + size <= self.max_bytes:
-            self.images[index], self.used = keep, self.used + size
-        return image
-
-
-def remember_images(
-    examples: Sequence[CaptionExample], *, max_bytes: int = IMAGE_CACHE_BYTES
-) -> list[CaptionExample]:
-    """The same examples, whose images are decoded once and then kept in memory (up to
-    ``max_bytes``; images past that are decoded on every access, as before)."""
-    memory = _ImageMemory(max_bytes)
-    return [
-        dataclasses.replace(e, load_image=functools.partial(memory.load, i, e.load_image))
-        for i, e in enumerate(examples)
-    ]
-
-
 class CaptionTrainingData:
     """A :class:`~qkv.data.captions.CaptionDataset` in the form the trainer reads: one item
     per (image, caption) pair, its lengths (an image counts as ``num_regions`` positions, a
@@ -209,24 +187,10 @@ class CaptionTrainingData:
 
 
 def build_captioner(setup: CaptioningSetup, vocab_size: int) -> nn.Module:
-    """The captioner the setup describes (CaptionerConfig validates every value)."""
-    config = CaptionerConfig(
-        vocab_size=vocab_size,
-        image_size=setup.image_size,
-        encoder=setup.encoder,
-        pretrained_encoder=setup.pretrained_encoder,
-        feature_dim=setup.feature_dim,
-        grid=setup.grid,
-        embedding_dim=setup.embedding_dim,
-        hidden_dim=setup.hidden_dim,
-        attention_dim=setup.attention_dim,
-        score=setup.score,
-        attention=setup.attention,
-        gate=setup.gate,
-        doubly_stochastic=setup.doubly_stochastic,
-        dropout=setup.dropout,
-        max_len=setup.max_caption_len + 1,
-    )
+    """The captioner the setup describes: every setup field that names a
+    :class:`~qkv.models.CaptionerConfig` field passes through (CaptionerConfig validates)."""
+    fields = {name: getattr(setup, name) for name in MODEL_FIELDS}
+    config = CaptionerConfig(vocab_size=vocab_size, max_len=setup.max_caption_len + 1, **fields)
     return build_model("captioner", config)
 
 
@@ -246,12 +210,11 @@ def _vocabulary(
     setup: CaptioningSetup, train_examples: list[CaptionExample], out_dir: Path, resume: bool
 ) -> WordVocab:
     if resume:
-        last = read_pointer(out_dir, "last")
-        if last is None:
+        if read_pointer(out_dir, "last") is None:
             raise ValueError(
                 f"--resume: {out_dir} has no checkpoint to resume from; drop --resume to start"
             )
-        return read_vocab(last)
+        return vocabulary_of(load_checkpoint(out_dir))
     captions = (caption for example in train_examples for caption in example.captions)
     vocab = WordVocab.build(captions, min_count=setup.min_count)
     if len(vocab) <= 4:
@@ -295,7 +258,7 @@ def train_captioning(
         out_dir,
         evaluate=evaluate,
         metadata=metadata,
-        tokenizers={VOCAB_FILE: vocab},
+        tokenizers={VOCAB_FILE: vocab.to_tokenizer()},
         resume=resume,
     )
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from ..training import TrainConfig
 from ..training.recipes import recipe_for
-from .captioner_eval import ImageCaptioner, evaluate_captioning, plot_caption_attention
+from .captioner_eval import evaluate_captioning
 from .captioning import SCENES, CaptioningSetup, caption_examples, train_captioning
 from .demo import DemoRun, demo_train_config
+from .image_captioner import ImageCaptioner, plot_caption_attention
 
 __all__ = ["DEMO_CAPTIONING_SETUP", "DEMO_CAPTIONING_CONFIG", "demo_captioning"]
 
