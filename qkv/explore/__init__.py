@@ -16,6 +16,7 @@ import types
 from .build import explore
 from .classifiers import classifier_inputs
 from .extract import (
+    CLASSIFIERS,
     classifier_attention,
     decode_hypotheses,
     explorable_kind,
@@ -38,6 +39,7 @@ __all__ = [
     "teacher_forced_attention",
     "classifier_attention",
     "classifier_inputs",
+    "CLASSIFIERS",
     "decode_hypotheses",
     "explorable_kind",
     "attention_rollout",
