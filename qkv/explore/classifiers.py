@@ -23,7 +23,7 @@ from qkv.errors import InputError
 
 from .extract import classifier_attention
 from .summaries import attention_rollout, head_summary, quantize
-from .views import model_device, png_data_uri
+from .views import attention_view, model_device, png_data_uri
 
 __all__ = ["classifier_inputs"]
 
@@ -107,28 +107,13 @@ def _clip_views(attention: dict[str, list[Tensor]], frames: list[str]) -> list[d
 
 
 def _view(name: str, title: str, queries, keys, layers: list[Tensor]) -> dict[str, Any]:
-    """Like the translators' views; ``layers``: per layer (1, H, Tq, Tk) for one input."""
+    """``layers``: per layer (1, H, Tq, Tk) for one input; one query row is a pooling."""
     self_attention = queries is keys
-    rows = []
-    for weights in layers:
-        weights = weights[0]  # (H, Tq, Tk)
-        rows.append(
-            {
-                "heads": [quantize(head) for head in weights],
-                "summaries": [head_summary(h, self_attention=self_attention) for h in weights],
-                "mean_summary": head_summary(weights.mean(0), self_attention=self_attention),
-            }
-        )
-    return {
-        "id": name,
-        "title": title,
-        "kind": "self" if self_attention else "pooling",
-        "query_side": "source" if self_attention else "output",
-        "key_side": "source",
-        "query_tokens": list(queries),
-        "key_tokens": list(keys),
-        "layers": rows,
-    }
+    query_side = "source" if self_attention else "output"
+    weights = [layer[0] for layer in layers]  # (H, Tq, Tk)
+    view = attention_view(name, title, queries, keys, query_side, "source", weights)
+    view["kind"] = "self" if self_attention else "pooling"
+    return view
 
 
 def _check_input(item, index: int, kind: str, channels: int) -> None:

@@ -22,6 +22,7 @@ from .summaries import attention_rollout, head_summary, quantize
 __all__ = [
     "png_data_uri",
     "model_device",
+    "attention_view",
     "transformer_views",
     "alignment_view",
     "token_labels",
@@ -50,7 +51,7 @@ def transformer_views(model, source, best: Decoded, source_tokens, tokenizer) ->
     views = []
     for name, (queries, keys, query_side, key_side) in sides.items():
         layers = attention[name]
-        view = _view(name, VIEW_TITLES[name], queries, keys, query_side, key_side, layers)
+        view = attention_view(name, VIEW_TITLES[name], queries, keys, query_side, key_side, layers)
         if name == "encoder":
             for layer, rollout in zip(view["layers"], attention_rollout(layers), strict=True):
                 layer["rollout"] = quantize(rollout)
@@ -65,7 +66,7 @@ def alignment_view(model, source, found: Decoded, key_tokens, tokenizer, kind="a
     weights = teacher_forced_attention(model, source, target_input)["cross"]
     produced = [*token_labels(tokenizer, found.ids), _end_label(found)]
     title = f"{found.search}: score {found.score:.3f}"
-    view = _view(found.search, title, produced, key_tokens, "target", "source", weights)
+    view = attention_view(found.search, title, produced, key_tokens, "target", "source", weights)
     view.update(
         kind=kind,
         output=decoded_text(tokenizer, found.ids),
@@ -76,7 +77,8 @@ def alignment_view(model, source, found: Decoded, key_tokens, tokenizer, kind="a
     return view
 
 
-def _view(name, title, queries, keys, query_side, key_side, layers) -> dict[str, Any]:
+def attention_view(name, title, queries, keys, query_side, key_side, layers) -> dict[str, Any]:
+    """One view of the page: per layer (H, Tq, Tk) weights, rounded, with their summaries."""
     self_attention = query_side == key_side
     rows = []
     for weights in layers:  # (H, Tq, Tk)
