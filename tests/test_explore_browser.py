@@ -49,6 +49,11 @@ def _why_no_browser() -> str | None:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
+    yield from start_browser(tmp_path_factory)
+
+
+def start_browser(tmp_path_factory):
+    """A headless chromium, offline, until the generator is closed (one per test module)."""
     reason = _why_no_browser()
     if reason:
         pytest.skip(f"no browser to test the explorer in: {reason}")

@@ -11,7 +11,9 @@ EXAMPLE = (
     "\n\nexamples:\n"
     '  qkv explore --checkpoint qkv-demo "Tuesday, March 3, 1998" "3/4/01" --out explore.html\n'
     "  qkv explore --checkpoint qkv-demo-captioning scene1.png scene2.png --out explore.html\n"
-    "  cat sentences.txt | qkv explore --checkpoint runs/de-en --serve --port 8765"
+    "  cat sentences.txt | qkv explore --checkpoint runs/de-en --serve --port 8765\n"
+    "  qkv explore --checkpoint runs/clips --test 8 --out clips.html\n"
+    "  qkv explore --checkpoint runs/fashion sneaker.png --out fashion.html"
 )
 
 
@@ -22,7 +24,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Decode each input and write one HTML page that shows the model's "
         "attention: every layer and head of a Transformer (encoder, decoder, cross; mean over "
         "heads; encoder rollout), an RNN's alignment for the greedy and every beam "
-        "hypothesis, a captioner's attention over the picture word by word. The page holds "
+        "hypothesis, a captioner's attention over the picture word by word, a classifier's "
+        "attention (feature-map attention over a picture, pooling weights over a clip's "
+        "frames, a frame tagger's heads over the frames). The page holds "
         "its data, script and styles; it opens from disk and makes no network request. "
         "docs/explorer.md is its manual." + EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -31,7 +35,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     explore.add_argument(
         "inputs",
         nargs="*",
-        help="sentences (translators) or image files (captioners); default: one per line on stdin",
+        help="sentences (translators) or image files (captioners, image classifiers); "
+        "default: one per line on stdin",
+    )
+    explore.add_argument(
+        "--test",
+        type=int,
+        metavar="N",
+        help="classifiers: the first N items of the test split of the data the classifier "
+        "was trained on, with their true labels (clip classifiers and frame taggers take "
+        "clips this way only)",
     )
     explore.add_argument("--out", help="the HTML file to write (e.g. explore.html)")
     explore.add_argument(
@@ -59,8 +72,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _explore(args: argparse.Namespace) -> int:
     from ..errors import InputError
-    from ..explore import check_page_path, explore, render_html, serve, write_html
-    from ..tasks import ImageCaptioner, Translator
+    from ..explore import CLASSIFIERS, check_page_path, render_html, serve, write_html
     from ..training import checkpoint_model_type
 
     if not args.out and not args.serve:
@@ -69,11 +81,35 @@ def _explore(args: argparse.Namespace) -> int:
         check_page_path(args.out)
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port {args.port} must be between 0 (any free port) and 65535")
+    model_type = checkpoint_model_type(args.checkpoint)
+    if model_type in CLASSIFIERS:
+        data = _classifier_data(args)
+    else:
+        if args.test is not None:
+            raise InputError("--test N is for classifiers; pass sentences or image files")
+        data = _decoder_data(args, model_type)
+    for page in data["inputs"]:
+        truth = page.get("truth_tokens")
+        print(
+            f"{page['name']} -> {page['output']}" + (f" (true: {' '.join(truth)})" if truth else "")
+        )
+    if args.out:
+        print(f"explorer: {write_html(data, args.out)}")
+    if args.serve:
+        serve(render_html(data), port=args.port)
+    return 0
+
+
+def _decoder_data(args: argparse.Namespace, model_type: str) -> dict:
+    from ..errors import InputError
+    from ..explore import explore
+    from ..tasks import ImageCaptioner, Translator
+
     inputs = args.inputs or [line.strip() for line in sys.stdin if line.strip()]
     if not inputs:
         raise InputError("no inputs: pass sentences or image files as arguments or on stdin")
     options = dict(beam=args.beam, length_penalty=args.length_penalty, max_len=args.max_len)
-    if checkpoint_model_type(args.checkpoint) == "captioner":
+    if model_type == "captioner":
         captioner = ImageCaptioner.from_checkpoint(args.checkpoint, device=args.device)
         images = captioner.load_images(inputs)
         names = [Path(path).name for path in inputs]
@@ -81,10 +117,12 @@ def _explore(args: argparse.Namespace) -> int:
     else:
         translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
         data = explore(translator.model, inputs, tokenizer=translator.tokenizer, **options)
-    for page in data["inputs"]:
-        print(f"{page['name']} -> {page['output']}")
-    if args.out:
-        print(f"explorer: {write_html(data, args.out)}")
-    if args.serve:
-        serve(render_html(data), port=args.port)
-    return 0
+    return data
+
+
+def _classifier_data(args: argparse.Namespace) -> dict:
+    from ..tasks.classifier_explore import classifier_explorer_data
+
+    return classifier_explorer_data(
+        args.checkpoint, args.inputs, test=args.test, device=args.device
+    )

@@ -13,11 +13,19 @@ docs/explorer.md is the page's manual and the data's schema.
 import sys
 import types
 
-from .build import explore, png_data_uri
-from .extract import decode_hypotheses, explorable_kind, teacher_forced_attention
+from .build import explore
+from .classifiers import classifier_inputs
+from .extract import (
+    CLASSIFIERS,
+    classifier_attention,
+    decode_hypotheses,
+    explorable_kind,
+    teacher_forced_attention,
+)
 from .page import check_page_path, iframe_html, render_html, write_html
 from .serve import PageServer, serve
 from .summaries import WEIGHT_SCALE, attention_rollout, head_summary, quantize
+from .views import png_data_uri
 
 __all__ = [
     "explore",
@@ -29,6 +37,9 @@ __all__ = [
     "PageServer",
     "png_data_uri",
     "teacher_forced_attention",
+    "classifier_attention",
+    "classifier_inputs",
+    "CLASSIFIERS",
     "decode_hypotheses",
     "explorable_kind",
     "attention_rollout",

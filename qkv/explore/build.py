@@ -11,22 +11,26 @@ data of the explorer page (its schema is documented in docs/explorer.md).
 
 from __future__ import annotations
 
-import base64
-import io
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
-from PIL import Image
 from torch import Tensor, nn
 
 from qkv.data import BOS_ID
 from qkv.errors import InputError
 
-from .extract import decode_hypotheses, explorable_kind
+from .classifiers import classifier_inputs
+from .extract import CLASSIFIERS, decode_hypotheses, explorable_kind
 from .summaries import WEIGHT_SCALE
-from .views import alignment_view, decoded_text, token_labels, transformer_views
+from .views import (
+    alignment_view,
+    decoded_text,
+    model_device,
+    png_data_uri,
+    token_labels,
+    transformer_views,
+)
 
 __all__ = ["explore", "FORMAT", "VERSION"]
 
@@ -43,20 +47,24 @@ def explore(
     length_penalty: float = 1.0,
     max_len: int | None = None,
     names: Sequence[str] | None = None,
+    labels: Sequence[Any] | None = None,
 ) -> dict[str, Any]:
     """Decode each input and gather the attention the explorer page shows, as plain data.
 
-    model: a Transformer, an RNNTranslator or a Captioner (the no-attention baselines are
-        refused: they have no attention to show).
+    model: a Transformer, an RNNTranslator, a Captioner or a classifier (image-classifier,
+        clip-classifier, frame-tagger); models without attention weights are refused.
     inputs: source sentences (str, or lists of token ids) for a translator; images
-        (3, H, W) floats in [0, 1] for a captioner.
-    tokenizer: the translator's tokenizer (``encode``/``tokens``) or the captioner's word
-        vocabulary, to label the tokens.
+        (3, H, W) floats in [0, 1] for a captioner; pictures (C, S, S) for an image
+        classifier; clips (T, C, S, S) for a clip classifier or a frame tagger.
+    tokenizer: the translator's tokenizer (``encode``/``tokens``), the captioner's word
+        vocabulary, or a classifier's class names, to label the tokens.
     beam: 1 decodes greedily; above 1 a Transformer shows the best beam hypothesis and an
         RNN or captioner shows the greedy one beside every beam hypothesis.
     max_len: the most tokens to generate (default: 1.5 x the source + 10 for translators,
         the config's max_len - 1 for captioners).
     names: a label per input for the page's list (default: the sentence, or "image N").
+    labels: classifiers only: per input the true class id (a frame tagger: one per frame),
+        or None where unknown; beam, length_penalty and max_len do not apply to them.
 
     Render the result with :func:`qkv.explore.render_html`.
     """
@@ -71,6 +79,14 @@ def explore(
     was_training = model.training
     model.eval()
     try:
+        if kind in CLASSIFIERS:
+            classes = tokenizer if isinstance(tokenizer, Sequence) else None
+            if classes is None or not all(isinstance(c, str) for c in classes):
+                raise InputError("a classifier's tokenizer is its list of class names")
+            pages = classifier_inputs(model, kind, inputs, classes=classes, labels=labels)
+            return _data(model, kind, pages, names)
+        if labels is not None:
+            raise InputError("labels are for classifiers; a translator or captioner has none")
         build = _image_input if kind == "captioner" else _sentence_input
         pages = [
             build(
@@ -87,6 +103,10 @@ def explore(
         ]
     finally:
         model.train(was_training)
+    return _data(model, kind, pages, names)
+
+
+def _data(model: nn.Module, kind: str, pages: list[dict], names) -> dict[str, Any]:
     if names is not None:
         for page, name in zip(pages, names, strict=True):
             page["name"] = str(name)
@@ -110,6 +130,14 @@ def _model_facts(model: nn.Module, kind: str) -> dict[str, Any]:
         )
     elif kind == "captioner":
         facts.update(grid=config.grid, gate=bool(config.gate), score=config.score)
+    elif kind in CLASSIFIERS:
+        facts.update(classes=config.num_classes, grid=config.grid)
+        if kind == "frame-tagger":
+            facts.update(layers=config.tagger_layers, heads=config.num_heads)
+        else:
+            facts.update(pool=config.pool if kind == "clip-classifier" else config.region_pool)
+        if kind == "image-classifier":
+            facts.update(feature_attention=bool(config.feature_attention))
     else:
         facts.update(score=config.attention)
     return facts
@@ -135,7 +163,7 @@ def _sentence_input(model, kind, item, index, *, tokenizer, beam, max_len, lengt
             f"max_len={max_len}: the model's positions reach {limit}, so at most "
             f"{limit - 1} tokens can follow <s>"
         )
-    source = torch.tensor([ids], device=_device(model))
+    source = torch.tensor([ids], device=model_device(model))
     hypotheses = decode_hypotheses(
         model, source, max_len=max_len, beam=beam, length_penalty=length_penalty
     )
@@ -195,7 +223,7 @@ def _image_input(model, kind, item, index, *, tokenizer, beam, max_len, length_p
         raise InputError(f"input {index}: image pixels must be floats in [0, 1]")
     config = model.config
     max_len = max_len if max_len is not None else config.max_len - 1
-    image = item[None].to(_device(model))
+    image = item[None].to(model_device(model))
     hypotheses = decode_hypotheses(
         model, image, max_len=max_len, beam=beam, length_penalty=length_penalty
     )
@@ -220,16 +248,3 @@ def _image_input(model, kind, item, index, *, tokenizer, beam, max_len, length_p
         "image": {"png": png_data_uri(item), "grid": [grid, grid]},
         "views": views,
     }
-
-
-def png_data_uri(image: Tensor) -> str:
-    """An image as an inline ``data:image/png;base64,...`` URI.  Shapes: (3, H, W) in [0, 1]."""
-    pixels = (image.detach().float().cpu().clamp(0, 1) * 255).round().to(torch.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(pixels.permute(1, 2, 0).numpy())).save(buffer, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _device(model: nn.Module) -> torch.device:
-    parameter = next(model.parameters(), None)
-    return parameter.device if parameter is not None else torch.device("cpu")

@@ -19,10 +19,19 @@ from qkv.decoding import beam_search, greedy_search
 from qkv.errors import InputError
 from qkv.models import model_type_of
 
-__all__ = ["Decoded", "teacher_forced_attention", "decode_hypotheses", "explorable_kind"]
+__all__ = [
+    "CLASSIFIERS",
+    "classifier_attention",
+    "refuse_classifier",
+    "Decoded",
+    "teacher_forced_attention",
+    "decode_hypotheses",
+    "explorable_kind",
+]
 
 #: The model types the explorer knows, and what each one's page shows.
-EXPLORABLE = ("transformer", "rnn-attention", "captioner")
+CLASSIFIERS = ("image-classifier", "clip-classifier", "frame-tagger")
+EXPLORABLE = ("transformer", "rnn-attention", "captioner", *CLASSIFIERS)
 
 
 @dataclass
@@ -49,6 +58,8 @@ def explorable_kind(model: nn.Module) -> str:
             f"this {kind!r} model is the baseline without attention: it has no attention "
             "weights to explore; train 'rnn-attention' (or a captioner with attention) instead"
         )
+    if kind in CLASSIFIERS:
+        refuse_classifier(kind, model)
     if kind not in EXPLORABLE:
         raise InputError(
             f"the explorer shows {', '.join(EXPLORABLE)} models, not {kind!r}; "
@@ -128,3 +139,39 @@ def _hypothesis(search: str, found, row: int) -> Decoded:
         normalized_score=float(found.normalized_scores[row]),
         finished=bool(found.finished[row]),
     )
+
+
+def refuse_classifier(kind: str, model: nn.Module) -> None:
+    """A clear error for a classifier that computes no attention weights to show."""
+    config = model.config
+    if kind == "clip-classifier" and config.pool != "attention":
+        reason = f"pools its frames by {config.pool!r}, which has no attention weights"
+        fix = "train with --pool attention"
+    elif kind == "image-classifier" and not (
+        config.feature_attention or config.region_pool == "attention"
+    ):
+        reason = "has neither feature-map attention nor attention pooling"
+        fix = "train with --feature-attention or --pool attention"
+    elif kind == "frame-tagger" and config.tagger_layers == 0:
+        reason = "has no self-attention blocks (tagger_layers=0)"
+        fix = "train with --tagger-layers 1 or more"
+    else:
+        return
+    raise InputError(f"this {kind!r} model {reason}: nothing to explore; {fix}")
+
+
+@torch.no_grad()
+def classifier_attention(model: nn.Module, source: Tensor) -> tuple[Tensor, dict[str, list]]:
+    """``model.classify(source, need_attention=True)``: the logits and every attention, each
+    per layer as (B, H, Tq, Tk) float32 on the CPU (H = 1 for single-head attention).
+
+    Names: "feature" (regions x regions, one per picture: B pictures, or every real frame of
+    a clip batch), "regions" (1 x regions), "frames" (1 x frames), "self" (frames x frames).
+    Shapes: source (B, C, S, S) pictures or (B, T, C, S, S) clips -> logits (B, 1|T, K + 1).
+    """
+    output = model.classify(source, need_attention=True)
+    attention = {
+        name: [(w[:, None] if w.dim() == 3 else w).float().cpu() for w in layers]
+        for name, layers in (output.attention or {}).items()
+    }
+    return output.logits, attention

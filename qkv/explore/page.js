@@ -17,7 +17,8 @@
 
   const input = () => DATA.inputs[state.input];
   const view = () => input().views[state.view];
-  const multiHead = () => KIND === "transformer";
+  const multiHead = () => KIND === "transformer" || KIND === "frame-tagger";
+  const CLASSIFIER = ["image-classifier", "clip-classifier", "frame-tagger"].includes(KIND);
 
   function headChoices(v, layer) {
     const entry = v.layers[layer];
@@ -100,10 +101,16 @@
 
   function renderControls() {
     const m = DATA.model;
-    $("model-info").textContent = KIND === "transformer"
-      ? `Transformer: ${m.encoder_layers} + ${m.decoder_layers} layers, ${m.heads} heads`
-      : KIND === "captioner" ? `captioner: ${m.grid}\u00d7${m.grid} regions, ${m.score} score`
-        : `RNN translator: ${m.score} attention`;
+    const info = {
+      transformer: `Transformer: ${m.encoder_layers} + ${m.decoder_layers} layers, ${m.heads} heads`,
+      captioner: `captioner: ${m.grid}\u00d7${m.grid} regions, ${m.score} score`,
+      "image-classifier": `image classifier: ${m.grid}\u00d7${m.grid} regions` +
+        (m.feature_attention ? ", feature-map self-attention" : "") +
+        (m.pool === "attention" ? ", attention pooling" : ""),
+      "clip-classifier": "clip classifier: attention pooling over the frames",
+      "frame-tagger": `frame tagger: ${m.layers} layers, ${m.heads} heads over the frames`,
+    };
+    $("model-info").textContent = info[KIND] || `RNN translator: ${m.score} attention`;
     fill($("input-select"), DATA.inputs.map((x, i) => [i, `${i + 1}. ${x.name}`]), state.input);
     fill($("view-select"), input().views.map((v, i) => [i, v.title]), state.view);
     fill($("layer-select"), view().layers.map((_, l) => [l, "layer " + l]), state.layer);
@@ -122,10 +129,13 @@
   function renderTokens() {
     const x = input(), v = view(), box = $("tokens");
     const rows = [];
-    if (KIND !== "captioner") rows.push(["source", "source", x.source_tokens]);
+    const sourceName = !CLASSIFIER ? "source" : x.frames ? "frames" : "regions";
+    if (KIND !== "captioner") rows.push([sourceName, "source", x.source_tokens]);
     // target chips: one per decoding step, labelled as the view at hand labels its rows
     const steps = v.query_side === "target" ? v : x.views.find((w) => w.query_side === "target");
-    rows.push([KIND === "captioner" ? "caption" : "output", "target", steps.query_tokens]);
+    if (steps) rows.push([KIND === "captioner" ? "caption" : "output", "target", steps.query_tokens]);
+    if (CLASSIFIER) rows.push(["predicted", "predicted", x.output_tokens]);
+    if (CLASSIFIER && x.truth_tokens) rows.push(["true", "true", x.truth_tokens]);
     box.replaceChildren(...rows.map(([label, side, tokens]) => {
       const row = document.createElement("div");
       row.className = "token-row";
@@ -215,7 +225,7 @@
     const columns = multiHead() ? headChoices(view(), 0).length : Math.min(4, items.length);
     grid.style.gridTemplateColumns = `repeat(${columns}, max-content)`;
     $("grid-title").textContent = multiHead() ? `${view().title}: every layer and head`
-      : "every hypothesis, side by side";
+      : CLASSIFIER ? "every view" : "every hypothesis, side by side";
     const size = multiHead() ? 64 : 120; // fixed: the grid never grows with the input's length
     smalls = items.map((item) => {
       const v = x.views[item.view], m = matrixOf(v, item.layer, item.head);
@@ -316,13 +326,14 @@
   /** The picture dimmed where the word's attention is low: the region grid drawn one pixel
       per region, then upsampled with smoothing (bilinear) over the image. */
   function drawOverlay(canvas, x, v, word) {
+    const [gh, gw] = x.image.grid;
     const ctx = canvas.getContext("2d"), w = canvas.width, h = canvas.height;
     const img = images[state.input];
     ctx.fillStyle = themed("--bg"); ctx.fillRect(0, 0, w, h);
     if (!img || !img.complete) return;
     ctx.imageSmoothingEnabled = true; ctx.imageSmoothingQuality = "high";
     ctx.drawImage(img, 0, 0, w, h);
-    const [gh, gw] = x.image.grid, values = attentionMap(v, word);
+    const values = attentionMap(v, word);
     const top = Math.max(1, ...values);
     const small = document.createElement("canvas");
     small.width = gw; small.height = gh;
@@ -332,6 +343,22 @@
     });
     sctx.putImageData(data, 0, 0);
     ctx.drawImage(small, 0, 0, w, h);
+    if (pickable(x, v)) { // the query region, outlined
+      ctx.strokeStyle = themed("--highlight"); ctx.lineWidth = Math.max(1, w / 128);
+      ctx.strokeRect(((word % gw) * w) / gw, (Math.floor(word / gw) * h) / gh, w / gw, h / gh);
+    }
+  }
+
+  /** An image classifier's feature-map view: one query per region, picked on the picture. */
+  const pickable = (x, v) => x.image && CLASSIFIER && v.query_tokens.length === x.image.grid[0] * x.image.grid[1];
+
+  function pickRegion(event) {
+    const x = input(), v = view();
+    if (!pickable(x, v)) return;
+    const [gh, gw] = x.image.grid, box = event.target.getBoundingClientRect();
+    const col = Math.min(gw - 1, Math.max(0, Math.floor(((event.clientX - box.left) / box.width) * gw)));
+    const row = Math.min(gh - 1, Math.max(0, Math.floor(((event.clientY - box.top) / box.height) * gh)));
+    if (row * gw + col !== state.word) show({ word: row * gw + col });
   }
 
   function renderImage() {
@@ -341,8 +368,11 @@
     const v = view(), words = v.query_tokens;
     state.word = Math.min(state.word, words.length - 1);
     const gate = v.gates ? ` \u00b7 \u03b2 = ${v.gates[state.word]}` : "";
-    $("word-title").textContent = `word ${state.word + 1}/${words.length}: \u201c${words[state.word]}\u201d${gate}`;
+    const term = CLASSIFIER ? "query" : "word";
+    const verdict = CLASSIFIER ? ` \u00b7 predicted ${x.output}` + (x.truth_tokens ? `, true ${x.truth_tokens[0]}` : "") : "";
+    $("word-title").textContent = `${term} ${state.word + 1}/${words.length}: \u201c${words[state.word]}\u201d${gate}${verdict}`;
     drawOverlay($("overlay"), x, v, state.word);
+    $("strip-title").textContent = CLASSIFIER ? "every query" : "every word";
     $("strip").replaceChildren(...words.map((word, t) => {
       const frame = document.createElement("div");
       frame.className = "frame" + (t === state.word ? " current" : "");
@@ -354,6 +384,41 @@
       frame.append(canvas, label);
       frame.addEventListener("click", () => show({ word: t }));
       return frame;
+    }));
+  }
+
+  // ---------------------------------------------------------------- clips: the frames
+
+  /** Each frame with a bar of its weight: the pooling weights of a clip classifier, or for a
+      frame tagger the row of the selected (query) frame in the matrix shown. */
+  function renderFrames() {
+    const panel = $("frames-panel"), x = input();
+    panel.classList.toggle("hidden", !x.frames);
+    if (!x.frames) return;
+    const v = view(), m = matrixOf(v, state.layer, state.head);
+    const query = Math.min(state.word, m.length - 1), row = m[query], top = Math.max(1, ...row);
+    const truth = x.truth_tokens ? `, true ${x.truth_tokens.length > 1 ? x.truth_tokens.join(" ") : x.truth_tokens[0]}` : "";
+    $("frames-title").textContent = m.length > 1
+      ? `frame ${query} (${v.query_tokens[query]}) attends to (click a frame to query it)`
+      : `weight of each frame: predicted ${x.output}${truth}`;
+    $("frames").replaceChildren(...x.frames.map((src, t) => {
+      const box = document.createElement("div");
+      box.className = "clip-frame" + (m.length > 1 && t === query ? " current" : "");
+      const img = document.createElement("img");
+      img.src = src; img.alt = v.key_tokens[t];
+      const bar = document.createElement("div");
+      bar.className = "weight-bar";
+      bar.dataset.frame = String(t); bar.dataset.weight = String(row[t] / SCALE);
+      const fill = document.createElement("div");
+      fill.style.height = `${(100 * row[t]) / top}%`;
+      fill.style.background = css(colour(row[t] / top));
+      bar.append(fill);
+      const label = document.createElement("span");
+      const truthHere = x.truth_tokens && x.truth_tokens.length === x.frames.length ? ` (${x.truth_tokens[t]})` : "";
+      label.textContent = `${v.key_tokens[t]}${truthHere} ${(row[t] / SCALE).toFixed(3)}`;
+      box.append(img, bar, label);
+      if (m.length > 1) box.addEventListener("click", () => show({ word: t }));
+      return box;
     }));
   }
 
@@ -530,6 +595,7 @@
 
   function render() {
     renderControls(); renderTokens(); renderMatrix(); renderGrid(); renderSummaries(); renderImage();
+    renderFrames();
     setHover(hover);
   }
 
@@ -541,6 +607,8 @@
   $("head-select").addEventListener("change", (e) => show({ head: parseHead(e.target.value) }));
   $("metric-select").addEventListener("change", renderSummaries);
   $("matrix").addEventListener("mouseover", onMatrixHover);
+  $("overlay").addEventListener("click", pickRegion);
+  $("overlay").addEventListener("mousemove", pickRegion);
   $("matrix").addEventListener("mouseleave", () => { setHover(null); $("hover-info").textContent = ""; });
   $("tokens").addEventListener("mouseover", (e) => {
     const d = e.target.dataset;
@@ -557,7 +625,7 @@
     e.preventDefault();
     const across = e.key === "ArrowLeft" || e.key === "ArrowRight";
     const wrap = (i, n) => (i + n) % n;
-    if (across && input().image) {
+    if (across && (input().image || (input().frames && !multiHead()))) {
       show({ word: wrap(state.word + step, view().query_tokens.length) });
     } else if (across && multiHead()) {
       const heads = headChoices(view(), state.layer);

@@ -3,10 +3,15 @@ with their per-head summaries (the ``views`` entries of the page's data)."""
 
 from __future__ import annotations
 
+import base64
+import io
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
+from PIL import Image
+from torch import Tensor, nn
 
 from qkv.data import BOS_ID
 from qkv.errors import InputError
@@ -14,7 +19,15 @@ from qkv.errors import InputError
 from .extract import Decoded, teacher_forced_attention
 from .summaries import attention_rollout, head_summary, quantize
 
-__all__ = ["transformer_views", "alignment_view", "token_labels", "decoded_text"]
+__all__ = [
+    "png_data_uri",
+    "model_device",
+    "attention_view",
+    "transformer_views",
+    "alignment_view",
+    "token_labels",
+    "decoded_text",
+]
 
 VIEW_TITLES = {
     "encoder": "encoder self-attention",
@@ -38,7 +51,7 @@ def transformer_views(model, source, best: Decoded, source_tokens, tokenizer) ->
     views = []
     for name, (queries, keys, query_side, key_side) in sides.items():
         layers = attention[name]
-        view = _view(name, VIEW_TITLES[name], queries, keys, query_side, key_side, layers)
+        view = attention_view(name, VIEW_TITLES[name], queries, keys, query_side, key_side, layers)
         if name == "encoder":
             for layer, rollout in zip(view["layers"], attention_rollout(layers), strict=True):
                 layer["rollout"] = quantize(rollout)
@@ -53,7 +66,7 @@ def alignment_view(model, source, found: Decoded, key_tokens, tokenizer, kind="a
     weights = teacher_forced_attention(model, source, target_input)["cross"]
     produced = [*token_labels(tokenizer, found.ids), _end_label(found)]
     title = f"{found.search}: score {found.score:.3f}"
-    view = _view(found.search, title, produced, key_tokens, "target", "source", weights)
+    view = attention_view(found.search, title, produced, key_tokens, "target", "source", weights)
     view.update(
         kind=kind,
         output=decoded_text(tokenizer, found.ids),
@@ -64,7 +77,8 @@ def alignment_view(model, source, found: Decoded, key_tokens, tokenizer, kind="a
     return view
 
 
-def _view(name, title, queries, keys, query_side, key_side, layers) -> dict[str, Any]:
+def attention_view(name, title, queries, keys, query_side, key_side, layers) -> dict[str, Any]:
+    """One view of the page: per layer (H, Tq, Tk) weights, rounded, with their summaries."""
     self_attention = query_side == key_side
     rows = []
     for weights in layers:  # (H, Tq, Tk)
@@ -115,3 +129,19 @@ def decoded_text(tokenizer, ids: Sequence[int]) -> str:
 def _end_label(found: Decoded) -> str:
     """What the last step predicted: </s>, or the next token of a hypothesis cut at max_len."""
     return "</s>" if found.finished else "\u2026"
+
+
+# -- pictures ---------------------------------------------------------------------------------
+
+
+def png_data_uri(image: Tensor) -> str:
+    """An image as an inline ``data:image/png;base64,...`` URI.  Shapes: (3, H, W) in [0, 1]."""
+    pixels = (image.detach().float().cpu().clamp(0, 1) * 255).round().to(torch.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(pixels.permute(1, 2, 0).numpy())).save(buffer, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def model_device(model: nn.Module) -> torch.device:
+    parameter = next(model.parameters(), None)
+    return parameter.device if parameter is not None else torch.device("cpu")

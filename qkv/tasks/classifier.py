@@ -25,7 +25,7 @@ from ..data.labelled_images import LabelledImages, fashion_mnist_split, scene_cl
 from ..errors import InputError, MissingFileError
 from ..models import build_model
 from ..models.classifier import CLIP_POOLS, IMAGE_POOLS, PAD_FRAME, ClassifierConfig
-from ..training import TrainConfig, TrainResult, load_checkpoint, train
+from ..training import Checkpoint, TrainConfig, TrainResult, load_checkpoint, train
 from .classifier_eval import ClassifierScores, evaluate_classifier
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "train_classifier",
     "evaluate_classifier",
     "load_classifier",
+    "classifier_checkpoint",
     "default_budget",
 ]
 
@@ -225,10 +226,19 @@ def train_classifier(
 
 def load_classifier(path: str | Path, *, device: str = "cpu") -> tuple[nn.Module, ClassifierSetup]:
     """A trained classifier (eval mode) and the setup it was trained with."""
+    checkpoint, setup = classifier_checkpoint(path, device=device)
+    return checkpoint.model, setup
+
+
+def classifier_checkpoint(
+    path: str | Path, *, device: str = "cpu"
+) -> tuple[Checkpoint, ClassifierSetup]:
+    """The checkpoint of a trained classifier (model in eval mode; its metadata holds the
+    ``classes``) and the setup it was trained with."""
     checkpoint = load_checkpoint(path, map_location=device, load_tokenizers=False)
     if checkpoint.model_type not in _MODEL_TYPES.values():
         raise InputError(
             f"{checkpoint.directory} holds a {checkpoint.model_type!r}, not a classifier"
         )
-    setup = ClassifierSetup(**checkpoint.metadata["setup"])
-    return checkpoint.model.eval(), setup
+    checkpoint.model.eval()
+    return checkpoint, ClassifierSetup(**checkpoint.metadata["setup"])

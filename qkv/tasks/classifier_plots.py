@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
+from ..explore import classifier_attention
 from ..plotting import plot_alignment_grid, plot_frame_attention, plot_image_attention
 from .classifier import ClassificationData
 
@@ -37,11 +38,10 @@ def plot_classifier_attention(
     model.eval()
     device = next(model.parameters()).device
     batch = data.collate(list(range(min(count, len(data))))).to(device)
-    output = model.classify(batch.source, need_attention=True)
-    attention = output.attention or {}
+    logits, attention = classifier_attention(model, batch.source)  # as the explorer's page
     if "frames" in attention:
-        guesses = output.logits[:, 0, 1:].argmax(dim=-1).tolist()  # class ids (no <pad>)
-        weights = attention["frames"][0][:, 0].cpu()  # (B, T)
+        guesses = logits[:, 0, 1:].argmax(dim=-1).tolist()  # class ids (no <pad>)
+        weights = attention["frames"][0][:, 0, 0]  # (B, T)
         clips = [data.items.frames(i).float() / 255.0 for i in range(len(weights))]
         marked = [data.items.clips[i].marked for i in range(len(weights))]
         titles = [
@@ -52,7 +52,7 @@ def plot_classifier_attention(
         rows = [w[: len(clip)] for w, clip in zip(weights, clips)]
         return [plot_frame_attention(clips, rows, path, titles=titles, highlight=marked)]
     if "self" in attention:
-        return _plot_tagger(attention["self"][-1].cpu(), data, path, count)
+        return _plot_tagger(attention["self"][-1], data, path, count)
     if not model.config.feature_attention:
         raise InputError(
             "this model has neither attention pooling over frames nor feature-map attention "
