@@ -169,3 +169,11 @@ def test_explore_command_on_picture_files(tmp_path, capsys):
         main(["explore", "--checkpoint", str(tmp_path / "clips"), "x.png", "--out", str(out)]) == 2
     )
     assert "with --test N" in capsys.readouterr().err
+
+
+def test_qkv_attention_on_a_classifier_names_the_commands_that_draw_its_attention(tmp_path, capsys):
+    _checkpoint(tmp_path / "clips", data="clips", task="clip")
+    args = ["attention", "--checkpoint", str(tmp_path / "clips"), "x", "--out", "x.png"]
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    assert "'clip-classifier'" in error and "qkv classify --attention-out" in error

@@ -60,6 +60,15 @@ class Translation:
     alignment: Tensor | None = None
 
 
+#: What to run on the checkpoints of the other tasks (their attention included).
+OTHER_TASKS = {
+    "captioner": "qkv caption --attention-out, qkv evaluate or qkv explore",
+    "image-classifier": "qkv classify --attention-out or qkv explore",
+    "clip-classifier": "qkv classify --attention-out or qkv explore --test N",
+    "frame-tagger": "qkv classify --attention-out or qkv explore --test N",
+}
+
+
 class Translator:
     """A model and its tokenizer, ready to translate batches of sentences."""
 
@@ -74,9 +83,10 @@ class Translator:
         with reading_errors(CheckpointError):
             model_type = checkpoint_model_type(path)
         if model_type not in TRANSLATION_MODELS:
+            use = OTHER_TASKS.get(model_type, "the command for that model's task")
             raise CheckpointError(
                 f"{path} holds a {model_type!r} model, not a translator "
-                f"({', '.join(TRANSLATION_MODELS)}); use the command for that model's task"
+                f"({', '.join(TRANSLATION_MODELS)}); use {use}"
             )
         with reading_errors(CheckpointError):
             checkpoint = load_checkpoint(path, map_location=device)
