@@ -105,9 +105,12 @@ class EncoderBlock(_ResidualBlock):
         norm_first: bool = False,
         layer_norm_eps: float = 1e-5,
         bias: bool = True,
+        num_kv_heads: int | None = None,
     ):
         super().__init__(dropout=dropout, norm_first=norm_first)
-        self.self_attention = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout)
+        self.self_attention = MultiHeadAttention(
+            d_model, num_heads, num_kv_heads=num_kv_heads, bias=bias, dropout=dropout
+        )
         self.self_attention_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.feed_forward = FeedForward(
             d_model, d_ff, activation=activation, dropout=dropout, bias=bias
@@ -115,10 +118,21 @@ class EncoderBlock(_ResidualBlock):
         self.feed_forward_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
 
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+        causal: bool = False,
+        cache: KVCache | None = None,
     ) -> EncoderBlockOutput:
+        """``causal`` / ``cache``: masked self-attention with a growing KV cache, as a
+        decoder-only language model uses the block (x then holds only the newest positions)."""
+
         def attend(h: Tensor) -> tuple[Tensor, Tensor | None]:
-            return self.self_attention(h, mask=mask, need_weights=need_weights)
+            return self.self_attention(
+                h, mask=mask, causal=causal, cache=cache, need_weights=need_weights
+            )
 
         x, weights = self._residual(x, attend, self.self_attention_norm)
         x, _ = self._residual(x, self._feed_forward_sublayer, self.feed_forward_norm)
