@@ -107,6 +107,12 @@ class TransformerLM(nn.Module):
                     nn.init.zeros_(module.bias)
         nn.init.normal_(self.token_embedding.weight, std=0.02)
 
+    @property
+    def max_positions(self) -> int | None:
+        """The longest sequence the model can read: max_len with learned positions, else
+        None (sinusoidal, RoPE and ALiBi positions extend to any length)."""
+        return self.config.max_len if self.config.positions == "learned" else None
+
     # -- teacher forcing -------------------------------------------------------------------
 
     def forward(
@@ -192,7 +198,7 @@ class TransformerLM(nn.Module):
         return x, weights
 
     def _check_length(self, length: int) -> None:
-        if self.config.positions == "learned" and length > self.config.max_len:
+        if self.max_positions is not None and length > self.max_positions:
             raise InputError(
                 f"a sequence of {length} tokens needs positions up to {length - 1}, but this "
                 f"model learned only max_len={self.config.max_len} positions (positions="
