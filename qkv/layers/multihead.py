@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..errors import InputError
 from ..functional import (
     attention,
     attention_weights,
@@ -14,6 +15,7 @@ from ..functional import (
     split_heads,
 )
 from ..functional.backends.explicit import supports_explicit
+from .attention_positions import AttentionPositions
 from .cache import KVCache, StaticKV
 
 __all__ = ["MultiHeadAttention"]
@@ -38,8 +40,14 @@ class MultiHeadAttention(nn.Module):
         vdim: int | None = None,
         bias: bool = True,
         dropout: float = 0.0,
+        positions: AttentionPositions | None = None,
     ):
         super().__init__()
+        if positions is not None and not isinstance(positions, AttentionPositions):
+            raise InputError(
+                f"positions must implement AttentionPositions (rotate and bias), "
+                f"got {type(positions).__name__}"
+            )
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if num_heads < 1 or d_model % num_heads:
             raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
@@ -58,6 +66,7 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(self.kdim, kv_width, bias=bias)
         self.v_proj = nn.Linear(self.vdim, kv_width, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.positions = positions
 
     def forward(
         self,
@@ -93,8 +102,14 @@ class MultiHeadAttention(nn.Module):
             if key is None:
                 key = value = query
             k, v = self._project_kv(key, key if value is None else value)  # (B, Hkv, Tk, Dh)
+            past = cache.length if isinstance(cache, KVCache) else 0
+            if self.positions is not None:  # self-attention only (checked)
+                q = self.positions.rotate(q, start=past)
+                k = self.positions.rotate(k, start=past)  # the KV heads, before the cache
             if isinstance(cache, KVCache):
                 k, v = cache.append(k, v)
+            if self.positions is not None:
+                mask = _add_bias(mask, self._position_bias(q, k, past))
         dropout = self.dropout if self.training else 0.0
         weights = None
         if need_weights and supports_explicit(q, mask, dropout) is None:
@@ -107,6 +122,26 @@ class MultiHeadAttention(nn.Module):
                 rep = self.num_heads // self.num_kv_heads
                 weights = attention_weights(q, repeat_kv(k, rep), mask, causal, self.head_dim**-0.5)
         return self.out_proj(merge_heads(output)), weights  # output (B, H, Tq, Dh) merged
+
+    def _position_bias(self, q: Tensor, k: Tensor, past: int) -> Tensor | None:
+        bias = self.positions.bias(
+            query_start=past,
+            num_queries=q.shape[2],
+            num_keys=k.shape[2],
+            device=q.device,
+            dtype=q.dtype,
+        )
+        want = (self.num_heads, q.shape[2], k.shape[2])
+        if bias is not None and (
+            bias.dim() != 3
+            or bias.shape[0] not in (1, want[0])
+            or tuple(bias.shape[1:]) != want[1:]
+        ):
+            raise InputError(
+                f"{type(self.positions).__name__}.bias returned shape {tuple(bias.shape)}; "
+                f"attention needs (H, Tq, Tk) = {want}"
+            )
+        return bias
 
     def project_kv(self, key: Tensor, value: Tensor | None = None) -> StaticKV:
         """Keys and values of fixed memory (an encoder's output), computed once for every
@@ -121,6 +156,7 @@ class MultiHeadAttention(nn.Module):
         return k, v
 
     def _check_inputs(self, query, key, value, cache) -> None:
+        cache_is_static = isinstance(cache, StaticKV)
         if query.dim() != 3 or query.shape[-1] != self.d_model:
             raise ValueError(f"query must be (B, Tq, {self.d_model}), got {tuple(query.shape)}")
         if (key is None) != (value is None) and not (key is not None and value is None):
@@ -135,6 +171,12 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"self-attention (key and value omitted) needs kdim = vdim = d_model = "
                 f"{self.d_model}; this layer has kdim={self.kdim}, vdim={self.vdim}: pass key and value"
+            )
+        if self.positions is not None and (key is not None or cache_is_static):
+            raise InputError(
+                f"positions={type(self.positions).__name__} applies to self-attention only; "
+                "this call is cross-attention (key/value or a StaticKV cache given): "
+                "use a layer without positions for cross-attention"
             )
         if key is not None:
             self._check_widths(key, key if value is None else value, batch=query.shape[0])
@@ -190,3 +232,15 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         kv = f", num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
         return f"d_model={self.d_model}, num_heads={self.num_heads}{kv}, dropout={self.dropout}"
+
+
+def _add_bias(mask: Tensor | None, bias: Tensor | None) -> Tensor | None:
+    """One mask from a user mask (boolean True = may attend, or a float bias) and a position
+    bias (H, Tq, Tk): blocked positions become -inf, biases add."""
+    if bias is None:
+        return mask
+    if mask is None:
+        return bias
+    if mask.dtype == torch.bool:
+        return bias.masked_fill(~mask, float("-inf"))  # broadcasts to (B, H, Tq, Tk)
+    return mask.to(bias.dtype) + bias
