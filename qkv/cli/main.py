@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import captioning_commands, curve_commands, translation_commands
+from . import captioning_commands, curve_commands, lm_commands, translation_commands
 
 __all__ = ["main", "build_parser"]
 
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     translation_commands.register(commands)
     captioning_commands.register(commands)
     curve_commands.register(commands)
+    lm_commands.register(commands)
     return parser
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
+from .attention_positions import AttentionPositions
 from .cache import KVCache, StaticKV
 from .feedforward import FeedForward
 from .multihead import MultiHeadAttention
@@ -106,10 +107,16 @@ class EncoderBlock(_ResidualBlock):
         layer_norm_eps: float = 1e-5,
         bias: bool = True,
         num_kv_heads: int | None = None,
+        positions: AttentionPositions | None = None,
     ):
         super().__init__(dropout=dropout, norm_first=norm_first)
         self.self_attention = MultiHeadAttention(
-            d_model, num_heads, num_kv_heads=num_kv_heads, bias=bias, dropout=dropout
+            d_model,
+            num_heads,
+            num_kv_heads=num_kv_heads,
+            bias=bias,
+            dropout=dropout,
+            positions=positions,
         )
         self.self_attention_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.feed_forward = FeedForward(

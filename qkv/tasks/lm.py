@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,8 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from ..data.text import TextDataset, load_text
-from ..data.text_tokenizers import TEXT_TOKENIZER_KINDS, train_text_tokenizer
+from ..data.text_tokenizers import TEXT_TOKENIZER_KINDS, encode_prompt, train_text_tokenizer
 from ..data.tokenizers import Tokenizer
+from ..decoding import sample
 from ..errors import CheckpointError, InputError
 from ..models import TransformerLM, TransformerLMConfig
 from ..training import TrainConfig, TrainResult, load_checkpoint, read_pointer, train
@@ -32,6 +34,7 @@ __all__ = [
     "LoadedLM",
     "encode_text",
     "context_loss",
+    "generate_text",
 ]
 
 TOKENIZER_FILE = "tokenizer"
@@ -179,3 +182,55 @@ def context_loss(
         ).item()
         count += batch[:, 1:].numel()
     return total / count if count else math.nan
+
+
+def generate_text(
+    lm: LoadedLM,
+    prompt: str,
+    *,
+    max_new_tokens: int,
+    num_samples: int = 1,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    use_cache: bool = True,
+    stream: Callable[[str], None] | None = None,
+) -> list[str]:
+    """``num_samples`` continuations of ``prompt`` (the prompt itself left out).
+
+    ``stream(text)`` receives the prompt once the first token is drawn, then the first
+    sample's new text as tokens are drawn (a byte-level token that ends inside a UTF-8
+    character is held back until the character is complete).
+    """
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise InputError(f"--num-samples {num_samples!r} must be a positive integer")
+    prompt_ids = encode_prompt(lm.tokenizer, prompt)
+    device = next(lm.model.parameters()).device
+    batch = torch.tensor([prompt_ids] * num_samples, dtype=torch.long, device=device)
+    new_ids: list[int] = []
+    shown = 0
+
+    def on_token(tokens: torch.Tensor) -> None:
+        nonlocal shown
+        if not new_ids:
+            stream(prompt)
+        new_ids.append(int(tokens[0]))
+        text = lm.tokenizer.decode(new_ids)
+        if text.endswith("\ufffd"):  # an incomplete UTF-8 character: wait for its end
+            return
+        stream(text[shown:])
+        shown = len(text)
+
+    ids = sample(
+        lm.model,
+        batch,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        use_cache=use_cache,
+        on_token=on_token if stream is not None else None,
+    )
+    return [lm.tokenizer.decode(row[len(prompt_ids) :].tolist()) for row in ids]
