@@ -26,6 +26,8 @@ from .layers import (
     ScaledDotScore,
     SinusoidalPositionalEncoding,
     StaticKV,
+    available_positions,
+    register_position,
     register_score,
 )
 
@@ -48,6 +50,8 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "RotaryEmbedding",
     "ALiBi",
+    "register_position",
+    "available_positions",
     "EncoderBlock",
     "DecoderBlock",
     "attention",

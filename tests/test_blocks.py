@@ -10,10 +10,13 @@ from torch import nn
 
 from qkv.layers.blocks import DecoderBlock, DecoderLayerState, EncoderBlock
 from qkv.layers.feedforward import FeedForward
+from qkv.layers.relative_positions import ALiBi, RotaryEmbedding
 from qkv.models.base import select_state
 from qkv.models.transformer_stack import load_torch_decoder_layer, load_torch_encoder_layer
 
 D, H, FF = 16, 4, 32
+# The tests marked cuda run on the GPU where there is one (``python -m pytest -m cuda``).
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _padding(lengths: list[int], total: int) -> torch.Tensor:
@@ -34,37 +37,74 @@ def test_feed_forward_is_the_two_layer_formula():
         FeedForward(D, FF, dropout=1.0)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
-def test_encoder_block_equals_torch_layer(norm_first, activation):
+def test_encoder_block_equals_torch_layer(norm_first, activation, bias):
     torch.manual_seed(1)
     layer = nn.TransformerEncoderLayer(
-        D, H, FF, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
-    )
-    block = EncoderBlock(D, H, FF, dropout=0.0, activation=activation, norm_first=norm_first)
+        D,
+        H,
+        FF,
+        dropout=0.0,
+        activation=activation,
+        batch_first=True,
+        norm_first=norm_first,
+        bias=bias,
+    ).to(DEVICE)
+    block = EncoderBlock(
+        D, H, FF, dropout=0.0, activation=activation, norm_first=norm_first, bias=bias
+    ).to(DEVICE)
+    _randomize_norms(layer)  # PyTorch starts them at 1 and 0: make a dropped bias visible
     load_torch_encoder_layer(block, layer)
-    x = torch.randn(3, 6, D)
-    keep = _padding([6, 4, 1], 6)
+    x = torch.randn(3, 6, D, device=DEVICE)
+    keep = _padding([6, 4, 1], 6).to(DEVICE)
     ours = block(x, mask=keep).hidden
     theirs = layer(x, src_key_padding_mask=~keep[:, 0, 0])  # PyTorch: True = ignore
     real = keep[:, 0, 0]
     torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_decoder_block_equals_torch_layer(norm_first):
+def test_decoder_block_equals_torch_layer(norm_first, bias):
     torch.manual_seed(2)
     layer = nn.TransformerDecoderLayer(
-        D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first
-    )
-    block = DecoderBlock(D, H, FF, dropout=0.0, norm_first=norm_first)
+        D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first, bias=bias
+    ).to(DEVICE)
+    block = DecoderBlock(D, H, FF, dropout=0.0, norm_first=norm_first, bias=bias).to(DEVICE)
+    _randomize_norms(layer)
     load_torch_decoder_layer(block, layer)
-    x, memory = torch.randn(2, 5, D), torch.randn(2, 7, D)
-    keep = _padding([7, 3], 7)
+    x, memory = torch.randn(2, 5, D, device=DEVICE), torch.randn(2, 7, D, device=DEVICE)
+    keep = _padding([7, 3], 7).to(DEVICE)
     ours = block(x, memory, memory_mask=keep).hidden
-    causal = nn.Transformer.generate_square_subsequent_mask(5)
+    causal = nn.Transformer.generate_square_subsequent_mask(5, device=DEVICE)
     theirs = layer(x, memory, tgt_mask=causal, memory_key_padding_mask=~keep[:, 0, 0])
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+def _randomize_norms(layer: nn.Module) -> None:
+    with torch.no_grad():
+        for module in layer.modules():
+            if isinstance(module, nn.LayerNorm):
+                module.weight.uniform_(0.5, 1.5)
+                if module.bias is not None:
+                    module.bias.uniform_(-0.5, 0.5)
+
+
+@pytest.mark.parametrize("kind", [EncoderBlock, DecoderBlock])
+def test_bias_false_drops_every_bias_as_pytorch_does(kind):
+    block = kind(D, H, FF, bias=False)
+    assert not [name for name, _ in block.named_parameters() if name.endswith("bias")]
+    torch_kind = nn.TransformerEncoderLayer if kind is EncoderBlock else nn.TransformerDecoderLayer
+    theirs = torch_kind(D, H, FF, batch_first=True, bias=False)
+    ours_count = sum(p.numel() for p in block.parameters())
+    assert ours_count == sum(p.numel() for p in theirs.parameters())
+    with_bias = kind(D, H, FF)
+    norms = [name for name, _ in with_bias.named_parameters() if "norm.bias" in name]
+    assert len(norms) == (3 if kind is DecoderBlock else 2)
 
 
 def test_post_ln_output_is_normalised_pre_ln_is_not():
@@ -88,12 +128,16 @@ def test_encoder_block_weights_respect_padding():
     assert block(torch.randn(2, 5, D)).self_attention is None
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("positions", [None, "rope", "alibi"])
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_decoder_block_with_cache_equals_teacher_forcing(norm_first):
+def test_decoder_block_with_cache_equals_teacher_forcing(norm_first, positions):
     torch.manual_seed(5)
-    block = DecoderBlock(D, H, FF, dropout=0.0, norm_first=norm_first).eval()
-    x, memory = torch.randn(2, 6, D), torch.randn(2, 4, D)
-    keep = _padding([4, 2], 4)
+    inside = {None: None, "rope": RotaryEmbedding(D // H), "alibi": ALiBi(H)}[positions]
+    block = DecoderBlock(D, H, FF, dropout=0.0, norm_first=norm_first, positions=inside)
+    block = block.to(DEVICE).eval()
+    x, memory = torch.randn(2, 6, D, device=DEVICE), torch.randn(2, 4, D, device=DEVICE)
+    keep = _padding([4, 2], 4).to(DEVICE)
     full = block(x, memory, memory_mask=keep, need_weights=True)
     state = block.start(memory)
     steps = [block(x[:, t : t + 1], memory_mask=keep, state=state) for t in range(6)]
@@ -106,9 +150,11 @@ def test_decoder_block_with_cache_equals_teacher_forcing(norm_first):
     assert torch.all(full.cross_attention[1, :, :, 2:] == 0)
 
 
-def test_decoder_block_is_causal():
+@pytest.mark.parametrize("positions", [None, "rope", "alibi"])
+def test_decoder_block_is_causal(positions):
     torch.manual_seed(6)
-    block = DecoderBlock(D, H, FF, dropout=0.0)
+    inside = {None: None, "rope": RotaryEmbedding(D // H), "alibi": ALiBi(H)}[positions]
+    block = DecoderBlock(D, H, FF, dropout=0.0, positions=inside)
     x, memory = torch.randn(1, 5, D), torch.randn(1, 3, D)
     changed = x.clone()
     changed[:, 3:] = torch.randn(1, 2, D)
@@ -140,3 +186,17 @@ def test_decoder_block_needs_memory_or_state():
         block(x, memory, state=block.start(memory))
     with pytest.raises(ValueError, match="divisible"):
         EncoderBlock(10, 3, FF)
+
+
+@pytest.mark.parametrize("inside", [RotaryEmbedding(D // H), ALiBi(H)], ids=["rope", "alibi"])
+def test_attention_positions_make_the_encoder_block_see_order(inside):
+    """Without positions an encoder block is permutation-equivariant; RoPE or ALiBi inside its
+    self-attention breaks that, with the same parameters (they have none of their own)."""
+    torch.manual_seed(8)
+    plain = EncoderBlock(D, H, FF, dropout=0.0).eval()
+    placed = EncoderBlock(D, H, FF, dropout=0.0, positions=inside).eval()
+    placed.load_state_dict(plain.state_dict())  # same keys: positions add no state
+    x, order = torch.randn(2, 6, D), torch.tensor([3, 0, 5, 1, 4, 2])
+    torch.testing.assert_close(plain(x[:, order]).hidden, plain(x).hidden[:, order])
+    assert (placed(x[:, order]).hidden - placed(x).hidden[:, order]).abs().max() > 1e-3
+    assert placed.self_attention.positions is inside

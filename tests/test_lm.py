@@ -187,7 +187,7 @@ def test_bad_input_is_one_clear_input_error(call, message):
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        (dict(positions="nope"), "positions="),
+        (dict(positions="nope"), "unknown positions .nope."),
         (dict(num_heads=3), "not divisible by num_heads"),
         (dict(num_kv_heads=3), "not divisible by num_kv_heads"),
         (dict(dropout=1.0), "dropout"),

@@ -17,9 +17,22 @@ from qkv.functional.positions import (
     rotary_angles,
     sinusoidal_encoding,
 )
+from qkv.layers import position_registry
+from qkv.layers.attention_positions import AttentionPositions
+from qkv.layers.position_registry import (
+    ATTENTION,
+    INPUT,
+    available_positions,
+    build_attention_positions,
+    build_input_positions,
+    build_position,
+    register_position,
+)
 from qkv.layers.positions import (
     ALiBi,
+    ConcatenatedPositionalEmbedding,
     LearnedPositionalEmbedding,
+    NoInputPositions,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
@@ -96,7 +109,10 @@ def test_sinusoidal_layer_offset_cache_and_no_state():
 @pytest.mark.parametrize("mode, position_dim", [("add", None), ("concat", None), ("concat", 3)])
 def test_learned_shapes_and_gradients(mode, position_dim):
     torch.manual_seed(0)
-    layer = LearnedPositionalEmbedding(10, 8, mode=mode, position_dim=position_dim)
+    if mode == "add":
+        layer = LearnedPositionalEmbedding(10, 8)
+    else:
+        layer = ConcatenatedPositionalEmbedding(10, 8, position_dim=position_dim)
     x = torch.randn(3, 4, 8, requires_grad=True)
     out = layer(x, offset=2)
     assert out.shape == (3, 4, 8)
@@ -121,10 +137,13 @@ def test_learned_too_long_and_bad_arguments():
         layer(torch.randn(1, 3, 4), offset=3)
     with pytest.raises(ValueError, match="d_model=4"):
         layer(torch.randn(1, 3, 5))
-    with pytest.raises(ValueError, match="mode"):
-        LearnedPositionalEmbedding(5, 4, mode="prepend")
-    with pytest.raises(ValueError, match="position_dim=3"):
-        LearnedPositionalEmbedding(5, 4, mode="add", position_dim=3)
+    with pytest.raises(ValueError, match="max_len=0"):
+        LearnedPositionalEmbedding(0, 4)
+    with pytest.raises(ValueError, match="position_dim=0"):
+        ConcatenatedPositionalEmbedding(5, 4, position_dim=0)
+    concat = ConcatenatedPositionalEmbedding(5, 4)
+    with pytest.raises(ValueError, match=r"length 6.*max_len=5"):
+        concat(torch.randn(1, 6, 4))
 
 
 # ---------------------------------------------------------------- RoPE
@@ -296,3 +315,182 @@ def test_self_attention_permutation_equivariance_and_positions_break_it(data, le
     out = _self_attention(x, weights, rope)
     permuted = _self_attention(x[:, perm], weights, rope)
     assert (permuted - out[:, perm]).abs().max() > 1e-3
+
+
+# ---------------------------------------------------------------- attention position components
+
+
+def test_rope_and_alibi_are_attention_position_components():
+    rope, alibi = RotaryEmbedding(8), ALiBi(4)
+    assert isinstance(rope, AttentionPositions) and isinstance(alibi, AttentionPositions)
+    x = torch.randn(2, 4, 5, 8)
+    assert torch.equal(alibi.rotate(x, start=3), x)
+    no_bias = rope.bias(
+        query_start=0, num_queries=5, num_keys=5, device=x.device, dtype=torch.float32
+    )
+    assert no_bias is None
+    assert rope.state_dict() == {} and alibi.state_dict() == {}
+
+
+def test_rope_rotate_places_vectors_at_their_positions():
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(8).double()
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    torch.testing.assert_close(rope.rotate(x, start=4), _rotate_by_hand(x, [4, 5, 6, 7, 8]))
+    whole = rope.rotate(x, start=0)
+    for t in range(5):  # one position at a time, as a cached decoder calls it
+        torch.testing.assert_close(rope.rotate(x[:, :, t : t + 1], start=t), whole[:, :, t : t + 1])
+    # the two-argument call is the same rotation, queries end-aligned
+    q_rot, k_rot = rope(x[:, :, 3:], x, offset=2)
+    torch.testing.assert_close(k_rot, rope.rotate(x, start=2))
+    torch.testing.assert_close(q_rot, rope.rotate(x[:, :, 3:], start=5))
+    with pytest.raises(ValueError, match="start=-1"):
+        rope.rotate(x, start=-1)
+    with pytest.raises(ValueError, match="head_dim = 8"):
+        rope.rotate(torch.randn(2, 3, 5, 6), start=0)
+
+
+@FEW
+@given(
+    query_pos=st.integers(0, 300),
+    key_pos=st.integers(0, 300),
+    shift=st.integers(1, 2000),
+    head_dim=st.sampled_from([2, 4, 8, 16]),
+    seed=st.integers(0, 2**16),
+)
+def test_rope_component_scores_depend_only_on_i_minus_j(query_pos, key_pos, shift, head_dim, seed):
+    """q_i . k_j after RotaryEmbedding.rotate equals q_{i+s} . k_{j+s}, for any shift s."""
+    generator = torch.Generator().manual_seed(seed)
+    rope = RotaryEmbedding(head_dim).double()
+    q, k = torch.randn(2, 1, 1, 1, head_dim, generator=generator, dtype=torch.float64)
+
+    def score(i: int, j: int) -> torch.Tensor:
+        return (rope.rotate(q, start=i) * rope.rotate(k, start=j)).sum()
+
+    torch.testing.assert_close(score(query_pos, key_pos), score(query_pos + shift, key_pos + shift))
+    # a score matrix of whole sequences: constant along every diagonal (Toeplitz)
+    seq_q = torch.randn(1, 1, 6, head_dim, generator=generator, dtype=torch.float64)
+    same = seq_q[:, :, :1].expand(1, 1, 6, head_dim)  # one vector at every position
+    scores = rope.rotate(same, start=query_pos) @ rope.rotate(same, start=query_pos).transpose(
+        -2, -1
+    )
+    for offset in range(-5, 6):
+        diagonal = scores[0, 0].diagonal(offset)
+        torch.testing.assert_close(diagonal, diagonal[:1].expand_as(diagonal))
+
+
+def test_alibi_slopes_published_values_for_non_powers_of_two():
+    """Press et al.: the slopes of the next lower power of two, then every other slope of the
+    next higher one.  12 heads: 2^-1 .. 2^-8, then the 16-head slopes 2^-0.5, 2^-1.5, ..."""
+    expected_12 = [2.0**-i for i in range(1, 9)] + [2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5]
+    torch.testing.assert_close(
+        alibi_slopes(12, dtype=torch.float64), torch.tensor(expected_12, dtype=torch.float64)
+    )
+    assert alibi_slopes(3).tolist() == [2.0**-4, 2.0**-8, 2.0**-2]
+    assert alibi_slopes(5).tolist() == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1]
+    assert ALiBi(8).slopes.tolist() == [
+        1 / 2,
+        1 / 4,
+        1 / 8,
+        1 / 16,
+        1 / 32,
+        1 / 64,
+        1 / 128,
+        1 / 256,
+    ]
+    for heads in range(1, 40):  # always distinct, in (0, 1)
+        slopes = alibi_slopes(heads, dtype=torch.float64)
+        assert slopes.unique().numel() == heads and slopes.gt(0).all() and slopes.lt(1).all()
+
+
+def test_alibi_component_bias_hand_checked():
+    alibi = ALiBi(2)
+    full = alibi.bias(
+        query_start=0, num_queries=3, num_keys=3, device=torch.device("cpu"), dtype=torch.float64
+    )
+    assert full.shape == (2, 3, 3) and full.dtype == torch.float64
+    # causal rows (j <= i): the paper's -slope * (i - j); above the diagonal: symmetric
+    distance = torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]], dtype=torch.float64)
+    torch.testing.assert_close(full[0], -distance / 16)
+    torch.testing.assert_close(full[1], -distance / 256)
+    # a cached step: the query at position 3 against keys 0..3 is the last row of the full bias
+    step = alibi.bias(
+        query_start=3, num_queries=1, num_keys=4, device=torch.device("cpu"), dtype=torch.float32
+    )
+    torch.testing.assert_close(step[0], -torch.tensor([[3.0, 2, 1, 0]]) / 16)
+    torch.testing.assert_close(step, alibi(1, 4)[0])
+    # half precision: distances computed in float32, cast at the end
+    half = alibi.bias(
+        query_start=0, num_queries=1, num_keys=3, device=torch.device("cpu"), dtype=torch.bfloat16
+    )
+    assert half.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="query_start=-2"):
+        alibi.bias(
+            query_start=-2,
+            num_queries=1,
+            num_keys=3,
+            device=torch.device("cpu"),
+            dtype=torch.float32,
+        )
+
+
+# ---------------------------------------------------------------- the registry
+
+
+def test_registry_roles_and_components():
+    assert available_positions() == ["alibi", "learned", "learned_concat", "rope", "sinusoidal"]
+    assert available_positions(INPUT) == ["learned", "learned_concat", "sinusoidal"]
+    assert available_positions(ATTENTION) == ["alibi", "rope"]
+    dims = dict(d_model=16, num_heads=4, max_len=32, dropout=0.0)
+    expected = {
+        "sinusoidal": SinusoidalPositionalEncoding,
+        "learned": LearnedPositionalEmbedding,
+        "learned_concat": ConcatenatedPositionalEmbedding,
+        "rope": RotaryEmbedding,
+        "alibi": ALiBi,
+    }
+    for name, kind in expected.items():
+        assert type(build_position(name, **dims)) is kind
+    assert build_position("rope", **dims).head_dim == 4
+    assert build_position("alibi", **dims).num_heads == 4
+    assert build_position("learned", **dims).max_len == 32
+    for name in available_positions(INPUT):
+        assert type(build_input_positions(name, **dims)) is expected[name]
+        assert build_attention_positions(name, d_model=16, num_heads=4) is None
+    for name in available_positions(ATTENTION):
+        passthrough = build_input_positions(name, **dims)
+        assert isinstance(passthrough, NoInputPositions)
+        x = torch.randn(2, 3, 16)
+        assert torch.equal(passthrough(x, offset=5), x)
+        assert isinstance(build_attention_positions(name, d_model=16, num_heads=4), expected[name])
+
+
+def test_registry_errors_and_a_new_scheme():
+    with pytest.raises(ValueError, match=r"unknown positions 'rotary'.*'rope'"):
+        build_position("rotary", d_model=8)
+    with pytest.raises(ValueError, match="role='inside'"):
+        register_position("mine", lambda **_: torch.nn.Identity(), role="inside")
+    with pytest.raises(ValueError, match="head_dim=3"):  # RoPE needs an even head width
+        build_attention_positions("rope", d_model=12, num_heads=4)
+    register_position(
+        "scaled_sinusoidal", lambda *, d_model, **_: ScaledSinusoidal(d_model), role=INPUT
+    )
+    try:
+        layer = build_input_positions("scaled_sinusoidal", d_model=4)
+        x = torch.zeros(1, 2, 4)
+        torch.testing.assert_close(layer(x), 0.5 * sinusoidal_encoding(2, 4)[None])
+        assert "scaled_sinusoidal" in available_positions(INPUT)
+    finally:
+        unregister = position_registry._POSITIONS.pop  # keep the registry as the other tests see it
+        unregister("scaled_sinusoidal")
+
+
+class ScaledSinusoidal(torch.nn.Module):
+    """A made-up input scheme for the registry test: half-strength sinusoidal encodings."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.d_model = d_model
+
+    def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
+        return x + 0.5 * sinusoidal_encoding(x.shape[1], self.d_model, offset=offset)

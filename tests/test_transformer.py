@@ -21,6 +21,9 @@ from qkv.models.transformer_stack import (
 )
 
 VOCAB = 23
+POSITIONS = ["sinusoidal", "learned", "learned_concat", "rope", "alibi"]
+# The tests marked cuda run on the GPU where there is one (``python -m pytest -m cuda``).
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _tiny(**overrides) -> TransformerConfig:
@@ -38,7 +41,7 @@ def _tiny(**overrides) -> TransformerConfig:
 
 def _model(seed: int = 0, **overrides) -> Transformer:
     torch.manual_seed(seed)
-    return Transformer(_tiny(**overrides)).eval()
+    return Transformer(_tiny(**overrides)).to(DEVICE).eval()
 
 
 def _source() -> torch.Tensor:
@@ -46,9 +49,14 @@ def _source() -> torch.Tensor:
     source = torch.randint(4, VOCAB, (3, 7))
     source[1, 4:] = 0  # padding
     source[2, 2:] = 0
-    return source
+    return source.to(DEVICE)
 
 
+def _target(length: int, batch: int = 3) -> torch.Tensor:
+    return torch.randint(4, VOCAB, (batch, length)).to(DEVICE)
+
+
+@pytest.mark.cuda
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor")
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_stacks_equal_torch_transformer(norm_first):
@@ -59,14 +67,16 @@ def test_stacks_equal_torch_transformer(norm_first):
     def blocks(kind, n):
         return [kind(d, h, ff, dropout=0.0, norm_first=norm_first) for _ in range(n)]
 
-    encoder = TransformerEncoder(blocks(EncoderBlock, 2), norm=nn.LayerNorm(d))
-    decoder = TransformerDecoder(blocks(DecoderBlock, 3), norm=nn.LayerNorm(d))
+    encoder = TransformerEncoder(blocks(EncoderBlock, 2), norm=nn.LayerNorm(d)).to(DEVICE)
+    decoder = TransformerDecoder(blocks(DecoderBlock, 3), norm=nn.LayerNorm(d)).to(DEVICE)
+    theirs = theirs.to(DEVICE)
     load_torch_transformer(encoder, decoder, theirs)
 
-    source, target = torch.randn(3, 7, d), torch.randn(3, 5, d)
+    source, target = torch.randn(3, 7, d, device=DEVICE), torch.randn(3, 5, d, device=DEVICE)
     keep = torch.arange(7)[None, :] < torch.tensor([7, 4, 2])[:, None]  # (B, S) True = real
+    keep = keep.to(DEVICE)
     ignore = ~keep  # PyTorch's key_padding_mask polarity: True = ignore
-    causal = nn.Transformer.generate_square_subsequent_mask(5)
+    causal = nn.Transformer.generate_square_subsequent_mask(5, device=DEVICE)
     expected_memory = theirs.encoder(source, src_key_padding_mask=ignore)
     expected = theirs(
         source,
@@ -99,15 +109,16 @@ def test_load_torch_transformer_names_the_mismatch():
         load_torch_transformer(model.encoder, model.decoder, theirs)
 
 
+@pytest.mark.cuda
 @pytest.mark.parametrize(
     "options",
-    [{}, {"norm_first": True}, {"positions": "learned"}, {"positions": "learned_concat"}],
-    ids=["post-ln", "pre-ln", "learned", "learned-concat"],
+    [{}, {"norm_first": True}] + [{"positions": kind} for kind in POSITIONS[1:]],
+    ids=["post-ln", "pre-ln"] + POSITIONS[1:],
 )
 def test_cached_decoding_equals_full_forward(options):
     model = _model(**options)
     source = _source()
-    target = torch.randint(4, VOCAB, (3, 6))
+    target = _target(6)
     with torch.no_grad():
         full = F.log_softmax(model(source, target).logits, dim=-1)
         state = model.start(source)
@@ -121,13 +132,13 @@ def test_cached_decoding_equals_full_forward(options):
     torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
     # the step's attention: last block's cross-attention over the source, averaged over heads
     assert out.attention.shape == (3, 7)
-    torch.testing.assert_close(out.attention.sum(-1), torch.ones(3))
+    torch.testing.assert_close(out.attention.sum(-1), torch.ones(3, device=DEVICE))
     assert torch.all(out.attention[1, 4:] == 0) and torch.all(out.attention[2, 2:] == 0)
 
 
 def test_a_step_without_attention_gives_the_same_scores():
     model = _model()
-    source, tokens = _source(), torch.randint(4, VOCAB, (3, 4))
+    source, tokens = _source(), _target(4)
     with torch.no_grad():
         state_a, state_b = model.start(source), model.start(source)
         for t in range(tokens.shape[1]):
@@ -138,9 +149,10 @@ def test_a_step_without_attention_gives_the_same_scores():
     assert a.attention is not None and b.attention is None
 
 
-def test_future_target_tokens_do_not_change_past_logits():
-    model = _model(norm_first=True)
-    source, target = _source(), torch.randint(4, VOCAB, (3, 6))
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_future_target_tokens_do_not_change_past_logits(positions):
+    model = _model(norm_first=True, positions=positions)
+    source, target = _source(), _target(6)
     changed = target.clone()
     changed[:, 4:] = (changed[:, 4:] + 1 - 4) % (VOCAB - 4) + 4
     before, after = model(source, target).logits, model(source, changed).logits
@@ -148,9 +160,10 @@ def test_future_target_tokens_do_not_change_past_logits():
     assert not torch.allclose(before[:, 4:], after[:, 4:])
 
 
-def test_source_padding_does_not_change_outputs():
-    model = _model()
-    source, target = _source(), torch.randint(4, VOCAB, (3, 5))
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_source_padding_does_not_change_outputs(positions):
+    model = _model(positions=positions)
+    source, target = _source(), _target(5)
     padded = F.pad(source, (0, 4), value=0)  # four more padding columns
     base, more = model(source, target).logits, model(padded, target).logits
     torch.testing.assert_close(base, more, atol=1e-5, rtol=1e-5)
@@ -160,7 +173,7 @@ def test_source_padding_does_not_change_outputs():
 
 def test_attention_weights_have_named_shapes_and_leave_logits_alone():
     model = _model(num_encoder_layers=3)
-    source, target = _source(), torch.randint(4, VOCAB, (3, 5))
+    source, target = _source(), _target(5)
     plain = model(source, target)
     out = model(source, target, need_weights=True)
     assert plain.attention is None
@@ -169,19 +182,19 @@ def test_attention_weights_have_named_shapes_and_leave_logits_alone():
     assert [tuple(w.shape) for w in out.attention["decoder"]] == [(3, 4, 5, 5)] * 2
     assert [tuple(w.shape) for w in out.attention["cross"]] == [(3, 4, 5, 7)] * 2
     for weights in out.attention["cross"] + out.attention["encoder"]:
-        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+        torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]))
         assert torch.all(weights[1, ..., 4:] == 0)
     assert all(torch.all(w.triu(1) == 0) for w in out.attention["decoder"])
 
 
 def test_state_reorders_for_beam_search():
     model = _model()
-    source, target = _source(), torch.randint(4, VOCAB, (3, 4))
+    source, target = _source(), _target(4)
     with torch.no_grad():
         state = model.start(source)
         for t in range(3):
             state = model.step(target[:, t], state).state
-        order = torch.tensor([2, 2, 0, 1])
+        order = torch.tensor([2, 2, 0, 1], device=DEVICE)
         picked = select_state(state, order)
         assert isinstance(picked, TransformerState) and picked.offset == 3
         stepped = model.step(target[order, 3], picked).log_probs
@@ -229,11 +242,11 @@ def test_bad_configs_raise_early(overrides, message):
 def test_bad_inputs_raise():
     model = _model(positions="learned", max_len=8)
     with pytest.raises(ValueError, match=r"\(B, T\)"):
-        model(torch.randint(4, VOCAB, (7,)), torch.randint(4, VOCAB, (1, 3)))
+        model(_target(7, batch=1)[0], _target(3, batch=1))
     with pytest.raises(ValueError, match="max_len=8"):
-        model(torch.randint(4, VOCAB, (1, 9)), torch.randint(4, VOCAB, (1, 3)))
+        model(_target(9, batch=1), _target(3, batch=1))
     with pytest.raises(ValueError, match=r"\(B,\)"):
-        model.step(torch.ones(2, 1, dtype=torch.long), model.start(torch.ones(2, 3).long()))
+        model.step(_target(1, batch=2), model.start(_target(3, batch=2)))
 
 
 def test_tiny_model_learns_to_reverse():

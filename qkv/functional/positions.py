@@ -20,6 +20,8 @@ import math
 import torch
 from torch import Tensor
 
+from qkv.errors import InputError
+
 __all__ = [
     "sinusoidal_encoding",
     "rotary_angles",
@@ -95,7 +97,7 @@ def rotary_angles(
     _check_base(base)
     if isinstance(positions, Tensor):
         if positions.dim() not in (1, 2) or positions.is_complex() or positions.dtype == torch.bool:
-            raise ValueError(
+            raise InputError(
                 f"positions must be a real tensor of shape (T,) or (B, T), got dtype "
                 f"{positions.dtype} and shape {tuple(positions.shape)}"
             )
@@ -138,16 +140,16 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """
     if not isinstance(x, Tensor) or x.dim() != 4:
         shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(
+        raise InputError(
             f"apply_rotary expects x of shape (B, H, T, Dh), got {shape}; "
             "use split_heads() to go from (B, T, D) to (B, H, T, Dh)"
         )
     batch, _, length, head_dim = x.shape
     _check_even_head_dim(head_dim)
     if cos.shape != sin.shape:
-        raise ValueError(f"cos and sin shapes differ: {tuple(cos.shape)} vs {tuple(sin.shape)}")
+        raise InputError(f"cos and sin shapes differ: {tuple(cos.shape)} vs {tuple(sin.shape)}")
     if cos.shape not in ((length, head_dim), (batch, length, head_dim)):
-        raise ValueError(
+        raise InputError(
             f"cos/sin of shape {tuple(cos.shape)} do not fit x of shape {tuple(x.shape)}; "
             f"expected (T, Dh) = {(length, head_dim)} or (B, T, Dh) = {(batch, length, head_dim)}"
             " (build them with rotary_angles(T, Dh) for this T and Dh)"
@@ -184,17 +186,20 @@ def alibi_bias(
     key_len: int,
     *,
     slopes: Tensor | None = None,
+    query_start: int | None = None,
     device: Device = None,
     dtype: torch.dtype | None = None,
 ) -> Tensor:
     """ALiBi's additive attention bias, ``-slope_h * |i - j|``, for :func:`qkv.attention`.
 
-    Pass it as a float mask: ``attention(q, k, v, mask=bias, causal=True)``.  The queries
-    are the *last* ``query_len`` of the ``key_len`` positions (end-aligned, as qkv's causal
-    mask: query ``i`` sits at position ``i + key_len - query_len``), so one new query of a
-    cached decode gets the last row of the full bias.  With ``causal=True`` only keys
-    ``j <= i`` are seen, and the bias is the paper's; without it, the bias is symmetric in
-    the distance (the usual bidirectional variant).
+    Pass it as a float mask: ``attention(q, k, v, mask=bias, causal=True)``.  The keys sit at
+    positions ``0 .. key_len - 1``.  By default the queries are the *last* ``query_len`` of
+    them (end-aligned, as qkv's causal mask: query ``i`` sits at position
+    ``i + key_len - query_len``), so one new query of a cached decode gets the last row of the
+    full bias; ``query_start`` places them at ``query_start .. query_start + query_len - 1``
+    instead.  With ``causal=True`` only keys ``j <= i`` are seen, where ``|i - j| = i - j`` and
+    the bias is the paper's ``-slope * (i - j)``; without it, the bias is symmetric in the
+    distance (the usual bidirectional variant).
 
     Args:
         slopes: (H,) slopes to use instead of :func:`alibi_slopes` (e.g. a layer's buffer);
@@ -205,19 +210,22 @@ def alibi_bias(
     _check_positive_int("num_heads", num_heads)
     _check_positive_int("query_len", query_len)
     _check_positive_int("key_len", key_len)
-    if key_len < query_len:
-        raise ValueError(
-            f"alibi_bias needs key_len >= query_len (queries are the last positions of the "
-            f"keys), got query_len={query_len}, key_len={key_len}"
-        )
+    if query_start is None:
+        if key_len < query_len:
+            raise InputError(
+                f"alibi_bias needs key_len >= query_len (queries are the last positions of the "
+                f"keys), got query_len={query_len}, key_len={key_len}; or pass query_start"
+            )
+        query_start = key_len - query_len
+    _check_non_negative_int("query_start", query_start)
     if slopes is None:
         slopes = alibi_slopes(num_heads, device=device, dtype=dtype)
     elif slopes.shape != (num_heads,):
-        raise ValueError(
+        raise InputError(
             f"slopes of shape {tuple(slopes.shape)} do not match num_heads={num_heads}; "
             f"expected ({num_heads},)"
         )
-    rows = torch.arange(query_len, device=slopes.device)[:, None] + (key_len - query_len)
+    rows = torch.arange(query_len, device=slopes.device)[:, None] + query_start
     cols = torch.arange(key_len, device=slopes.device)[None, :]
     distance = (rows - cols).abs().to(slopes.dtype)  # (Tq, Tk)
     return -slopes[None, :, None, None] * distance  # (1, H, Tq, Tk)
@@ -236,22 +244,22 @@ def _work_dtype(device: Device) -> torch.dtype:
 
 def _check_positive_int(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive integer")
+        raise InputError(f"{name}={value!r} must be a positive integer")
 
 
 def _check_non_negative_int(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{name}={value!r} must be a non-negative integer")
+        raise InputError(f"{name}={value!r} must be a non-negative integer")
 
 
 def _check_base(base: float) -> None:
     if not base > 0 or base == 1:
-        raise ValueError(f"base={base} must be positive and not 1 (10000.0 is the usual choice)")
+        raise InputError(f"base={base} must be positive and not 1 (10000.0 is the usual choice)")
 
 
 def _check_even_head_dim(head_dim: int) -> None:
     if not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
-        raise ValueError(
+        raise InputError(
             f"rotary embeddings rotate channel pairs, so head_dim={head_dim} must be a positive "
             "even integer; choose d_model and num_heads so that d_model / num_heads is even"
         )

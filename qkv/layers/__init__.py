@@ -12,13 +12,22 @@ from .cache import KVCache, StaticKV
 from .cnn import RegionEncoder, ResidualBlock, SmallResNet
 from .feedforward import FeedForward
 from .multihead import MultiHeadAttention
+from .position_registry import (
+    available_positions,
+    build_attention_positions,
+    build_input_positions,
+    build_position,
+    position_kind,
+    register_position,
+)
 from .positions import (
-    ALiBi,
+    ConcatenatedPositionalEmbedding,
     LearnedPositionalEmbedding,
-    RotaryEmbedding,
+    NoInputPositions,
     SinusoidalPositionalEncoding,
 )
 from .recurrent import BidirectionalEncoder, EncoderStates
+from .relative_positions import ALiBi, RotaryEmbedding
 from .scores import (
     AdditiveScore,
     BilinearScore,
@@ -46,8 +55,16 @@ __all__ = [
     "available_scores",
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEmbedding",
+    "ConcatenatedPositionalEmbedding",
+    "NoInputPositions",
     "RotaryEmbedding",
     "ALiBi",
+    "register_position",
+    "available_positions",
+    "position_kind",
+    "build_position",
+    "build_input_positions",
+    "build_attention_positions",
     "FeedForward",
     "EncoderBlock",
     "DecoderBlock",

@@ -9,7 +9,8 @@ with a residual connection and a LayerNorm, in one of two orders:
   final LayerNorm (see ``qkv.models.transformer_stack``).
 
 The parameter layout mirrors ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``
-so weights can be copied across (``qkv.models.transformer_stack.load_torch_transformer``).
+(``bias=False`` included: no bias anywhere, LayerNorms too) so weights can be copied across
+(``qkv.models.transformer_stack.load_torch_transformer``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from torch import Tensor, nn
+
+from qkv.errors import InputError
 
 from .attention_positions import AttentionPositions
 from .cache import KVCache, StaticKV
@@ -65,14 +68,59 @@ Sublayer = Callable[[Tensor], tuple[Tensor, Tensor | None]]
 
 
 class _ResidualBlock(nn.Module):
-    """What both blocks share: the residual + LayerNorm wrapping, in post- or pre-LN order."""
+    """What both blocks share: the constructor, the sublayers, and the residual + LayerNorm
+    wrapping in post- or pre-LN order.
 
-    def __init__(self, *, dropout: float, norm_first: bool):
+    Sublayers, in order: ``self_attention`` (with the attention ``positions`` component, if
+    any), then ``cross_attention`` for a block whose ``has_cross_attention`` is True, then
+    ``feed_forward``; each with its LayerNorm ``<name>_norm``.  ``bias=False`` drops every
+    bias, the LayerNorms' included, as PyTorch's ``bias=False`` layers do.
+    """
+
+    has_cross_attention = False
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        norm_first: bool = False,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+        positions: AttentionPositions | None = None,
+        num_kv_heads: int | None = None,
+    ):
         super().__init__()
         if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout={dropout} must be in [0, 1)")
+            raise InputError(f"dropout={dropout} must be in [0, 1)")
         self.norm_first = norm_first
         self.dropout = nn.Dropout(dropout)
+
+        def attention(positions: AttentionPositions | None = None) -> MultiHeadAttention:
+            return MultiHeadAttention(
+                d_model,
+                num_heads,
+                num_kv_heads=num_kv_heads,
+                bias=bias,
+                dropout=dropout,
+                positions=positions,
+            )
+
+        def norm() -> nn.LayerNorm:
+            return nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+
+        self.self_attention = attention(positions)
+        self.self_attention_norm = norm()
+        if self.has_cross_attention:
+            self.cross_attention = attention()  # positions act on self-attention only
+            self.cross_attention_norm = norm()
+        self.feed_forward = FeedForward(
+            d_model, d_ff, activation=activation, dropout=dropout, bias=bias
+        )
+        self.feed_forward_norm = norm()
 
     def _residual(
         self, x: Tensor, sublayer: Sublayer, norm: nn.LayerNorm
@@ -86,43 +134,22 @@ class _ResidualBlock(nn.Module):
     def _feed_forward_sublayer(self, x: Tensor) -> tuple[Tensor, None]:
         return self.feed_forward(x), None
 
+    def extra_repr(self) -> str:
+        return f"norm_first={self.norm_first}"
+
 
 class EncoderBlock(_ResidualBlock):
     """Multi-head self-attention, then a position-wise feed-forward network, each with a
     residual connection and LayerNorm.
 
+    ``EncoderBlock(d_model, num_heads, d_ff, *, dropout=0.1, activation="relu",
+    norm_first=False, layer_norm_eps=1e-5, bias=True, positions=None, num_kv_heads=None)``;
+    ``positions``: an attention position component (RoPE, ALiBi) for the self-attention;
+    ``num_kv_heads``: grouped key/value heads (None = one per query head).
+
     Shapes: x (B, S, D), mask broadcastable to (B, H, S, S) (True = may attend; usually the
     source padding mask (B, 1, 1, S)) -> EncoderBlockOutput(hidden (B, S, D), ...).
     """
-
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        *,
-        dropout: float = 0.1,
-        activation: str = "relu",
-        norm_first: bool = False,
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        num_kv_heads: int | None = None,
-        positions: AttentionPositions | None = None,
-    ):
-        super().__init__(dropout=dropout, norm_first=norm_first)
-        self.self_attention = MultiHeadAttention(
-            d_model,
-            num_heads,
-            num_kv_heads=num_kv_heads,
-            bias=bias,
-            dropout=dropout,
-            positions=positions,
-        )
-        self.self_attention_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.feed_forward = FeedForward(
-            d_model, d_ff, activation=activation, dropout=dropout, bias=bias
-        )
-        self.feed_forward_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
 
     def forward(
         self,
@@ -145,14 +172,12 @@ class EncoderBlock(_ResidualBlock):
         x, _ = self._residual(x, self._feed_forward_sublayer, self.feed_forward_norm)
         return EncoderBlockOutput(x, weights)
 
-    def extra_repr(self) -> str:
-        return f"norm_first={self.norm_first}"
-
 
 class DecoderBlock(_ResidualBlock):
     """Causal self-attention, cross-attention over the encoder output (``memory``), then a
     feed-forward network; each with a residual connection and LayerNorm.
 
+    Constructed as :class:`EncoderBlock` (``positions`` act on the self-attention only).
     Teacher forcing: ``block(x, memory, memory_mask=...)`` with the whole target prefix.
     Incremental decoding: ``state = block.start(memory)`` once, then
     ``block(x_new, memory_mask=..., state=state)`` with only the newest position(s); the
@@ -163,27 +188,7 @@ class DecoderBlock(_ResidualBlock):
     with the causal mask -> DecoderBlockOutput(hidden (B, T, D), ...).
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        *,
-        dropout: float = 0.1,
-        activation: str = "relu",
-        norm_first: bool = False,
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-    ):
-        super().__init__(dropout=dropout, norm_first=norm_first)
-        self.self_attention = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout)
-        self.self_attention_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.cross_attention = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout)
-        self.cross_attention_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.feed_forward = FeedForward(
-            d_model, d_ff, activation=activation, dropout=dropout, bias=bias
-        )
-        self.feed_forward_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+    has_cross_attention = True
 
     def start(self, memory: Tensor) -> DecoderLayerState:
         """An empty self-attention cache and the cross-attention keys/values of ``memory``,
@@ -226,6 +231,3 @@ class DecoderBlock(_ResidualBlock):
         x, cross_weights = self._residual(x, attend_memory, self.cross_attention_norm)
         x, _ = self._residual(x, self._feed_forward_sublayer, self.feed_forward_norm)
         return DecoderBlockOutput(x, self_weights, cross_weights)
-
-    def extra_repr(self) -> str:
-        return f"norm_first={self.norm_first}"

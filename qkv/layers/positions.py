@@ -1,8 +1,10 @@
-"""Position layers (SPEC section 4): sinusoidal, learned (added or concatenated), RoPE, ALiBi.
+"""Input positions (SPEC section 4): sinusoidal encodings and learned embeddings, added or
+concatenated-then-projected, acting on token vectors (B, T, D) before the first block.
 
-The first two act on token vectors (B, T, D) before attention; :class:`RotaryEmbedding`
-acts on per-head queries and keys (B, H, T, Dh); :class:`ALiBi` makes a bias for the scores.
-Every ``offset`` is the position of the first token given, for decoding with a KV cache.
+The other role, positions acting inside attention (RoPE, ALiBi), lives in
+:mod:`qkv.layers.relative_positions` (re-exported here); models choose either kind by name
+from :mod:`qkv.layers.position_registry`.  Every ``offset`` is the position of the first
+token given, for decoding with a KV cache.
 """
 
 from __future__ import annotations
@@ -10,17 +12,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from qkv.functional.positions import (
-    alibi_bias,
-    alibi_slopes,
-    apply_rotary,
-    rotary_angles,
-    sinusoidal_encoding,
-)
+from qkv.errors import InputError
+from qkv.functional.positions import sinusoidal_encoding
+
+from .relative_positions import ALiBi, RotaryEmbedding
 
 __all__ = [
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEmbedding",
+    "ConcatenatedPositionalEmbedding",
+    "NoInputPositions",
     "RotaryEmbedding",
     "ALiBi",
 ]
@@ -47,7 +48,7 @@ class SinusoidalPositionalEncoding(nn.Module):
     ):
         super().__init__()
         if max_len is not None and max_len < 0:
-            raise ValueError(f"max_len={max_len} must be >= 0 (or None to cache nothing)")
+            raise InputError(f"max_len={max_len} must be >= 0 (or None to cache nothing)")
         self.d_model = d_model
         self.base = base
         self.dropout = nn.Dropout(dropout)
@@ -70,15 +71,37 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 
 class LearnedPositionalEmbedding(nn.Module):
-    """One trainable vector per position, added to the token vector or concatenated to it.
+    """One trainable vector per position, added to the token vector: ``x + P[pos]``.
 
-    - ``mode="add"``: ``x + P[pos]``, with ``P`` of width ``d_model``.
-    - ``mode="concat"``: ``W [x; P[pos]] + b``, with ``P`` of width ``position_dim``
-      (default ``d_model``) and a Linear from ``d_model + position_dim`` back to
-      ``d_model``, so both modes return (B, T, d_model).
+    ``P`` is (max_len, d_model).  Positions at or past ``max_len`` have no vector: such a
+    sequence raises :class:`~qkv.errors.InputError`.  The vectors start as N(0, 0.02^2), small
+    beside the token embeddings (as BERT and GPT-2).
 
-    Positions at or past ``max_len`` have no vector: such a sequence raises ValueError.
-    The vectors start as N(0, 0.02^2), small beside the token embeddings (as BERT and GPT-2).
+    Shapes: x (B, T, d_model) -> (B, T, d_model).
+    """
+
+    def __init__(self, max_len: int, d_model: int, *, dropout: float = 0.0):
+        super().__init__()
+        self.max_len = _check_max_len(max_len)
+        self.d_model = d_model
+        self.embedding = _position_table(max_len, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
+        vectors = _learned_vectors(self, x, offset)  # (T, d_model)
+        return self.dropout(x + vectors)
+
+    def extra_repr(self) -> str:
+        return f"max_len={self.max_len}, d_model={self.d_model}"
+
+
+class ConcatenatedPositionalEmbedding(nn.Module):
+    """One trainable vector per position, concatenated to the token vector and projected back:
+    ``W [x; P[pos]] + b``.
+
+    ``P`` is (max_len, position_dim) (``position_dim`` defaults to ``d_model``); the Linear
+    ``W`` maps ``d_model + position_dim`` back to ``d_model``, so the blocks see the usual width.
+    Positions at or past ``max_len`` raise :class:`~qkv.errors.InputError`.
 
     Shapes: x (B, T, d_model) -> (B, T, d_model).
     """
@@ -88,129 +111,75 @@ class LearnedPositionalEmbedding(nn.Module):
         max_len: int,
         d_model: int,
         *,
-        mode: str = "add",
         position_dim: int | None = None,
         dropout: float = 0.0,
     ):
         super().__init__()
-        if mode not in ("add", "concat"):
-            raise ValueError(f'mode={mode!r} must be "add" or "concat"')
-        if mode == "add" and position_dim not in (None, d_model):
-            raise ValueError(
-                f'mode="add" needs position vectors as wide as the tokens (d_model={d_model}), '
-                f'got position_dim={position_dim}; leave it unset or use mode="concat"'
-            )
-        if max_len < 1:
-            raise ValueError(f"max_len={max_len} must be a positive integer")
-        self.max_len = max_len
+        self.max_len = _check_max_len(max_len)
         self.d_model = d_model
-        self.mode = mode
         self.position_dim = d_model if position_dim is None else position_dim
-        self.embedding = nn.Embedding(max_len, self.position_dim)
-        nn.init.normal_(self.embedding.weight, std=0.02)
-        self.projection = (
-            nn.Linear(d_model + self.position_dim, d_model) if mode == "concat" else None
-        )
+        if not isinstance(self.position_dim, int) or self.position_dim < 1:
+            raise InputError(f"position_dim={position_dim!r} must be a positive integer")
+        self.embedding = _position_table(max_len, self.position_dim)
+        self.projection = nn.Linear(d_model + self.position_dim, d_model)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
-        length = _check_tokens(x, self.d_model, "LearnedPositionalEmbedding")
-        _check_offset(offset)
-        if offset + length > self.max_len:
-            raise ValueError(
-                f"a sequence of length {length} at offset {offset} needs positions up to "
-                f"{offset + length - 1}, but max_len={self.max_len} learned positions exist; "
-                "raise max_len, or use SinusoidalPositionalEncoding, which extends to any length"
-            )
-        positions = torch.arange(offset, offset + length, device=x.device)
-        vectors = self.embedding(positions).to(x.dtype)  # (T, position_dim)
-        if self.projection is None:
-            return self.dropout(x + vectors)
-        vectors = vectors.expand(x.shape[0], length, self.position_dim)
+        vectors = _learned_vectors(self, x, offset)  # (T, position_dim)
+        vectors = vectors.expand(x.shape[0], x.shape[1], self.position_dim)  # (B, T, position_dim)
         return self.dropout(self.projection(torch.cat([x, vectors], dim=-1)))  # (B, T, d_model)
 
     def extra_repr(self) -> str:
-        return f"max_len={self.max_len}, d_model={self.d_model}, mode={self.mode!r}"
+        return f"max_len={self.max_len}, d_model={self.d_model}, position_dim={self.position_dim}"
 
 
-class RotaryEmbedding(nn.Module):
-    """Rotary position embeddings (RoPE) for per-head queries and keys.
+class NoInputPositions(nn.Module):
+    """The input side of an attention position scheme (RoPE, ALiBi): token vectors pass
+    unchanged, then dropout (the embedding dropout every input scheme also applies).
 
-    Half-split pairing (channel ``i`` with ``i + Dh/2``, as GPT-NeoX / LLaMA); see
-    :func:`qkv.functional.positions.rotary_angles`.  No parameters.
-
-    Positions: the keys are at ``offset .. offset + Tk - 1`` and the queries are the *last*
-    ``Tq`` of those (end-aligned, as qkv's causal mask).  Decoding with a KV cache of ``t``
-    tokens: rotate the new query and the new key together with ``offset=t`` (both have
-    ``Tq = Tk``), then append the rotated key to the cache.
-
-    Shapes: query (B, H, Tq, Dh), key (B, Hkv, Tk, Dh) -> the same, rotated.
+    Shapes: x (B, T, d_model) -> (B, T, d_model).
     """
 
-    def __init__(self, head_dim: int, *, base: float = 10000.0):
+    def __init__(self, d_model: int, *, dropout: float = 0.0):
         super().__init__()
-        rotary_angles(1, head_dim, base=base)  # validates head_dim and base early
-        self.head_dim = head_dim
-        self.base = base
+        self.d_model = d_model
+        self.dropout = nn.Dropout(dropout)
 
-    def forward(self, query: Tensor, key: Tensor, *, offset: int = 0) -> tuple[Tensor, Tensor]:
-        for name, t in (("query", query), ("key", key)):
-            if t.dim() != 4 or t.shape[-1] != self.head_dim:
-                raise ValueError(
-                    f"{name} must have shape (B, H, T, Dh) with Dh = head_dim = {self.head_dim}, "
-                    f"got {tuple(t.shape)}"
-                )
+    def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
+        _check_tokens(x, self.d_model, "NoInputPositions")
         _check_offset(offset)
-        query_len, key_len = query.shape[2], key.shape[2]
-        if query_len > key_len + offset:
-            raise ValueError(
-                f"queries are the last positions of the keys, so query length {query_len} may "
-                f"not exceed key length {key_len} plus offset {offset}"
-            )
-        query_start = offset + key_len - query_len
-        key_cos, key_sin = self._angles(key_len, offset, key)  # (Tk, Dh)
-        query_cos, query_sin = self._angles(query_len, query_start, query)  # (Tq, Dh)
-        return apply_rotary(query, query_cos, query_sin), apply_rotary(key, key_cos, key_sin)
+        return self.dropout(x)
 
-    def _angles(self, length: int, offset: int, like: Tensor) -> tuple[Tensor, Tensor]:
-        return rotary_angles(
-            length,
-            self.head_dim,
-            base=self.base,
-            offset=offset,
-            device=like.device,
-            dtype=like.dtype,
+
+def _position_table(max_len: int, width: int) -> nn.Embedding:
+    table = nn.Embedding(max_len, width)
+    nn.init.normal_(table.weight, std=0.02)
+    return table
+
+
+def _learned_vectors(layer: nn.Module, x: Tensor, offset: int) -> Tensor:
+    """The learned vectors of the positions of ``x``, cast to its dtype: (T, width)."""
+    length = _check_tokens(x, layer.d_model, type(layer).__name__)
+    _check_offset(offset)
+    if offset + length > layer.max_len:
+        raise InputError(
+            f"a sequence of length {length} at offset {offset} needs positions up to "
+            f"{offset + length - 1}, but max_len={layer.max_len} learned positions exist; "
+            "raise max_len, or use SinusoidalPositionalEncoding, which extends to any length"
         )
+    positions = torch.arange(offset, offset + length, device=x.device)
+    return layer.embedding(positions).to(x.dtype)
 
-    def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, base={self.base}"
 
-
-class ALiBi(nn.Module):
-    """ALiBi (Press et al. 2022): per-head linear distance biases, no position embeddings.
-
-    ``bias = alibi(query_len, key_len)``, then ``attention(q, k, v, mask=bias, causal=True)``.
-    The slopes are a non-persistent buffer; queries are end-aligned as in
-    :func:`qkv.functional.positions.alibi_bias`.
-
-    Shapes: -> bias (1, H, Tq, Tk).
-    """
-
-    def __init__(self, num_heads: int):
-        super().__init__()
-        self.num_heads = num_heads
-        self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)  # (H,)
-
-    def forward(self, query_len: int, key_len: int) -> Tensor:
-        return alibi_bias(self.num_heads, query_len, key_len, slopes=self.slopes)
-
-    def extra_repr(self) -> str:
-        return f"num_heads={self.num_heads}"
+def _check_max_len(max_len: int) -> int:
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
+        raise InputError(f"max_len={max_len!r} must be a positive integer")
+    return max_len
 
 
 def _check_tokens(x: Tensor, d_model: int, layer: str) -> int:
     if x.dim() != 3 or x.shape[-1] != d_model:
-        raise ValueError(
+        raise InputError(
             f"{layer} expects token vectors (B, T, d_model) with d_model={d_model}, "
             f"got shape {tuple(x.shape)}"
         )
@@ -219,4 +188,4 @@ def _check_tokens(x: Tensor, d_model: int, layer: str) -> int:
 
 def _check_offset(offset: int) -> None:
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise ValueError(f"offset={offset!r} must be a non-negative integer (the first position)")
+        raise InputError(f"offset={offset!r} must be a non-negative integer (the first position)")

@@ -90,9 +90,7 @@ class BertEmbeddings(nn.Module):
         self.word_embeddings = nn.Embedding(
             config.vocab_size, config.d_model, padding_idx=config.pad_id
         )
-        self.position_embeddings = LearnedPositionalEmbedding(
-            config.max_len, config.d_model, mode="add"
-        )
+        self.position_embeddings = LearnedPositionalEmbedding(config.max_len, config.d_model)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.d_model)
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)

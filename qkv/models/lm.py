@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from qkv.errors import InputError
 from qkv.layers.blocks import EncoderBlock
 from qkv.layers.cache import KVCache
-from qkv.layers.positions import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from qkv.layers.position_registry import build_attention_positions, build_input_positions
 
 from .base import StepOutput
 from .lm_config import TransformerLMConfig
@@ -71,14 +71,18 @@ class TransformerLM(nn.Module):
         # Sinusoidal encodings have unit scale; as in Vaswani et al., the token vectors are
         # multiplied by sqrt(d_model) so that the positions do not drown them.
         self.embedding_scale = config.d_model**0.5 if config.positions == "sinusoidal" else 1.0
-        self.positions = _input_positions(config)
-        self.embedding_dropout = nn.Dropout(config.dropout)
+        # Input positions (learned, sinusoidal) change the token vectors, then dropout; attention
+        # positions (RoPE, ALiBi) act in every block's self-attention, one shared component.
+        sizes = dict(d_model=config.d_model, num_heads=config.num_heads, max_len=config.max_len)
+        self.positions = build_input_positions(config.positions, dropout=config.dropout, **sizes)
+        attention_positions = build_attention_positions(config.positions, **sizes)
         self.blocks = nn.ModuleList(
             EncoderBlock(
                 config.d_model,
                 config.num_heads,
                 config.d_ff,
                 num_kv_heads=config.num_kv_heads,
+                positions=attention_positions,
                 dropout=config.dropout,
                 activation=config.activation,
                 norm_first=config.norm_first,
@@ -111,7 +115,7 @@ class TransformerLM(nn.Module):
     def max_positions(self) -> int | None:
         """The longest sequence the model can read: max_len with learned positions, else
         None (sinusoidal, RoPE and ALiBi positions extend to any length)."""
-        return self.config.max_len if self.config.positions == "learned" else None
+        return getattr(self.positions, "max_len", None)
 
     # -- teacher forcing -------------------------------------------------------------------
 
@@ -183,9 +187,7 @@ class TransformerLM(nn.Module):
         """Shapes: ids (B, T) at positions offset.. -> hidden (B, T, D), weights per block."""
         self._check_length(offset + ids.shape[1])
         x = self.token_embedding(ids) * self.embedding_scale  # (B, T, D)
-        if self.positions is not None:
-            x = self.positions(x, offset=offset)
-        x = self.embedding_dropout(x)
+        x = self.positions(x, offset=offset)  # (B, T, D), dropout included
         weights = []
         for index, block in enumerate(self.blocks):
             cache = None if caches is None else caches[index]
@@ -205,15 +207,6 @@ class TransformerLM(nn.Module):
                 "'learned'); shorten the prompt or --max-new-tokens, or train with "
                 "--positions sinusoidal/rope/alibi, which extend past max_len"
             )
-
-
-def _input_positions(config: TransformerLMConfig) -> nn.Module | None:
-    """The component that adds positions to the token vectors (None: none needed)."""
-    if config.positions == "learned":
-        return LearnedPositionalEmbedding(config.max_len, config.d_model)
-    if config.positions == "sinusoidal":
-        return SinusoidalPositionalEncoding(config.d_model, max_len=config.max_len)
-    return None
 
 
 def _check_ids(ids: Tensor, name: str, vocab_size: int, *, allow_empty: bool = False) -> None:

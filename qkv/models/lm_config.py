@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 from qkv.errors import InputError
 from qkv.layers.feedforward import ACTIVATIONS
+from qkv.layers.position_registry import position_kind
 
-__all__ = ["TransformerLMConfig", "LM_POSITION_KINDS", "INPUT_POSITION_KINDS"]
+__all__ = ["TransformerLMConfig", "LM_POSITION_KINDS"]
 
-#: Positions added to the token vectors before the first block.
-INPUT_POSITION_KINDS = ("learned", "sinusoidal")
-#: Every kind a language model may use.
-LM_POSITION_KINDS = INPUT_POSITION_KINDS
+#: The position schemes of issue 13 (any scheme of ``qkv.layers.position_registry`` works):
+#: learned and sinusoidal change the token vectors; rope and alibi act in every attention.
+LM_POSITION_KINDS = ("learned", "sinusoidal", "rope", "alibi")
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,8 @@ class TransformerLMConfig:
     num_layers: causal self-attention blocks.
     max_len: the longest sequence learned positions cover (others extend past it).
     dropout: on embeddings, residual branches, attention weights, the feed-forward layer.
-    positions: one of ``LM_POSITION_KINDS``.
+    positions: a registered position scheme (``LM_POSITION_KINDS``: learned, sinusoidal, rope,
+        alibi); learned positions stop at max_len, the others extend past it.
     norm_first: pre-LN blocks and a final LayerNorm (GPT-2); False = post-LN (the paper).
     activation: "gelu" (default), "gelu_tanh" (GPT-2) or "relu".
     tie_embeddings: the output projection reuses the token embedding matrix.
@@ -70,8 +71,7 @@ class TransformerLMConfig:
             raise InputError(f"dropout={self.dropout} must be in [0, 1)")
         if self.activation not in ACTIVATIONS:
             raise InputError(f"activation={self.activation!r} is not one of {sorted(ACTIVATIONS)}")
-        if self.positions not in LM_POSITION_KINDS:
-            raise InputError(f"positions={self.positions!r} is not one of {LM_POSITION_KINDS}")
+        position_kind(self.positions)  # InputError naming the registered schemes
 
     @property
     def head_dim(self) -> int:

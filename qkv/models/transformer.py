@@ -4,6 +4,11 @@ source ids -> embeddings * sqrt(d_model) + positions -> encoder blocks -> memory
 target ids -> embeddings * sqrt(d_model) + positions -> decoder blocks (causal self-attention,
 cross-attention over memory) -> output projection -> next-token logits.
 
+Positions come from the registry of ``qkv.layers.position_registry``: input schemes
+(sinusoidal, learned, learned_concat) are added to the embeddings; attention schemes (rope,
+alibi) act inside the encoder's and decoder's self-attention instead (never the
+cross-attention), so the embeddings then pass on unchanged.
+
 Masks are built once, at the top of :meth:`Transformer.encode`: the source padding mask
 (B, 1, 1, S), True = may attend, is used by the encoder's self-attention and by every
 cross-attention.  The decoder's self-attention is causal only: targets are right-padded, so
@@ -24,7 +29,7 @@ from torch import Tensor, nn
 
 from qkv.functional import padding_mask
 from qkv.layers.blocks import DecoderBlock, DecoderLayerState, EncoderBlock
-from qkv.layers.positions import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from qkv.layers.position_registry import build_attention_positions, build_input_positions
 
 from .base import Seq2SeqOutput, StepOutput
 from .registry import register_model
@@ -89,13 +94,21 @@ class Transformer(nn.Module):
             if config.share_embeddings
             else nn.Embedding(config.target_vocab_size, d_model, padding_idx=pad_id)
         )
-        self.source_positions = _make_positions(config)
-        self.target_positions = _make_positions(config)
+        # Input positions change the token vectors; attention positions (RoPE, ALiBi) act
+        # inside every self-attention, as one parameter-free component all blocks share.
+        positions = dict(d_model=d_model, num_heads=config.num_heads, max_len=config.max_len)
+        self.source_positions = build_input_positions(
+            config.positions, dropout=config.dropout, **positions
+        )
+        self.target_positions = build_input_positions(
+            config.positions, dropout=config.dropout, **positions
+        )
         block_options = dict(
             dropout=config.dropout,
             activation=config.activation,
             norm_first=config.norm_first,
             layer_norm_eps=config.layer_norm_eps,
+            positions=build_attention_positions(config.positions, **positions),
         )
         sizes = (d_model, config.num_heads, config.d_ff)
         self.encoder = TransformerEncoder(
@@ -199,8 +212,9 @@ class Transformer(nn.Module):
         if not isinstance(state, TransformerState):
             raise TypeError(f"state must come from Transformer.start, got {type(state).__name__}")
         x = self._embed_target(tokens[:, None], offset=state.offset)  # (B, 1, D)
+        weights = "last" if need_attention else False  # the alignment only: others stay fused
         out = self.decoder(
-            x, memory_mask=state.source_mask, states=state.layers, need_alignment=need_attention
+            x, memory_mask=state.source_mask, states=state.layers, need_weights=weights
         )
         logits = self.output(out.hidden[:, -1])  # (B, V)
         attention = out.alignment[:, :, -1].mean(dim=1) if need_attention else None  # (B, S)
@@ -209,17 +223,6 @@ class Transformer(nn.Module):
     def _embed_target(self, tokens: Tensor, *, offset: int) -> Tensor:
         x = self.target_embedding(tokens) * self.embedding_scale  # (B, T, D)
         return self.target_positions(x, offset=offset)
-
-
-def _make_positions(config: TransformerConfig) -> nn.Module:
-    if config.positions == "sinusoidal":
-        return SinusoidalPositionalEncoding(
-            config.d_model, max_len=config.max_len, dropout=config.dropout
-        )
-    mode = "concat" if config.positions == "learned_concat" else "add"
-    return LearnedPositionalEmbedding(
-        config.max_len, config.d_model, mode=mode, dropout=config.dropout
-    )
 
 
 def _check_ids(tokens: Tensor, name: str) -> None:

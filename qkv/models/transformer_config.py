@@ -6,13 +6,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from qkv.errors import InputError
 from qkv.layers.feedforward import ACTIVATIONS
+from qkv.layers.position_registry import available_positions, build_attention_positions
 
-__all__ = ["TransformerConfig", "POSITION_KINDS"]
-
-#: "sinusoidal": fixed encodings, any length; "learned": one trained vector per position,
-#: added; "learned_concat": one trained vector per position, concatenated then projected.
-POSITION_KINDS = ("sinusoidal", "learned", "learned_concat")
+__all__ = ["TransformerConfig"]
 
 
 @dataclass(frozen=True)
@@ -30,8 +28,12 @@ class TransformerConfig:
     final_norm: a LayerNorm after each stack.  ``None`` (default) = ``norm_first``: pre-LN
         stacks need it, post-LN blocks already end in one.  ``nn.Transformer`` *always* has
         these final norms, post-LN too; set ``final_norm=True`` to match it exactly.
-    positions: one of ``POSITION_KINDS``; max_len: longest sequence learned positions cover
-        (sinusoidal ones extend past it).
+    positions: a scheme of ``qkv.layers.available_positions()``: "sinusoidal" (fixed
+        encodings, any length), "learned" (one trained vector per position, added),
+        "learned_concat" (concatenated, then projected back to d_model), "rope" (queries and
+        keys rotated in every self-attention), "alibi" (a distance bias on every
+        self-attention's scores; symmetric in the encoder).
+    max_len: longest sequence learned positions cover (the others extend past it).
     share_embeddings: one embedding table for source and target (needs one vocabulary).
     tie_output: the output projection reuses the target embedding matrix.
     scale_embeddings: multiply token embeddings by sqrt(d_model), as the paper does.
@@ -79,8 +81,11 @@ class TransformerConfig:
             raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation={self.activation!r} is not one of {sorted(ACTIVATIONS)}")
-        if self.positions not in POSITION_KINDS:
-            raise ValueError(f"positions={self.positions!r} is not one of {POSITION_KINDS}")
+        if self.positions not in available_positions():
+            raise InputError(f"positions={self.positions!r} is not one of {available_positions()}")
+        # building the (parameter-free) attention component checks its sizes: RoPE needs an
+        # even head width
+        build_attention_positions(self.positions, d_model=self.d_model, num_heads=self.num_heads)
         if self.max_len < 1:
             raise ValueError(f"max_len={self.max_len} must be a positive integer")
         if self.share_embeddings and self.source_vocab_size != self.target_vocab_size:

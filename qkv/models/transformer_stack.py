@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from qkv.errors import InputError
 from qkv.layers.blocks import DecoderBlock, DecoderLayerState, EncoderBlock
 from qkv.layers.multihead import MultiHeadAttention
 
@@ -38,8 +40,8 @@ class EncoderStackOutput:
 @dataclass
 class DecoderStackOutput:
     """hidden: (B, T, D).  self_attention: per block (B, H, T, Tk); cross_attention: per
-    block (B, H, T, S); both when asked for, else None.  alignment: the last block's
-    cross-attention (B, H, T, S) when ``need_alignment`` or ``need_weights``, else None."""
+    block (B, H, T, S); both with ``need_weights=True``, else None.  alignment: the last
+    block's cross-attention (B, H, T, S) with ``need_weights=True`` or ``"last"``, else None."""
 
     hidden: Tensor
     self_attention: list[Tensor] | None = None
@@ -80,6 +82,10 @@ class TransformerDecoder(nn.Module):
     ``states = decoder.start(memory)``, then ``decoder(x_new, memory_mask=..., states=states)``
     per step (the caches in ``states`` grow in place).
 
+    ``need_weights``: False (none: every block takes the fused path); ``"last"`` (only the
+    last block's cross-attention, the ``alignment`` a decoding step reports); True (every
+    block's self- and cross-attention, and the alignment).
+
     Shapes: x (B, T, D); memory (B, S, D); memory_mask broadcastable to (B, H, T, S)
     -> DecoderStackOutput(hidden (B, T, D), ...).
     """
@@ -103,15 +109,16 @@ class TransformerDecoder(nn.Module):
         memory_mask: Tensor | None = None,
         self_mask: Tensor | None = None,
         states: list[DecoderLayerState] | None = None,
-        need_weights: bool = False,
-        need_alignment: bool = False,
+        need_weights: bool | Literal["last"] = False,
     ) -> DecoderStackOutput:
         if states is not None and len(states) != len(self.layers):
-            raise ValueError(f"got {len(states)} layer states for {len(self.layers)} blocks")
+            raise InputError(f"got {len(states)} layer states for {len(self.layers)} blocks")
+        if need_weights not in (False, True, "last"):
+            raise InputError(f'need_weights={need_weights!r} must be False, True or "last"')
+        every_block = need_weights is True
         self_weights: list[Tensor] = []
         cross_weights: list[Tensor] = []
         last = len(self.layers) - 1
-        alignment = None
         for index, block in enumerate(self.layers):
             out = block(
                 x,
@@ -119,17 +126,16 @@ class TransformerDecoder(nn.Module):
                 memory_mask=memory_mask,
                 self_mask=self_mask,
                 state=None if states is None else states[index],
-                need_weights=need_weights or (need_alignment and index == last),
+                need_weights=every_block or (need_weights == "last" and index == last),
             )
             x = out.hidden
-            if need_weights:
+            if every_block:
                 self_weights.append(out.self_attention)
                 cross_weights.append(out.cross_attention)
-            if index == last:
-                alignment = out.cross_attention
         if self.norm is not None:
             x = self.norm(x)
-        if not need_weights:
+        alignment = out.cross_attention  # the last block's; None unless asked for
+        if not every_block:
             return DecoderStackOutput(x, alignment=alignment)
         return DecoderStackOutput(x, self_weights, cross_weights, alignment)
 
