@@ -115,7 +115,7 @@ def encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
     if not text:
         raise InputError("the prompt is empty: give at least one character (--prompt TEXT)")
     ids = tokenizer.encode(text)
-    if UNK_ID in ids:
+    if isinstance(tokenizer, Tokenizer) and UNK_ID in ids:  # qkv's own reserve id 3 for UNK
         if isinstance(tokenizer, CharTokenizer):
             unknown = sorted({c for c in text if tokenizer.encode(c) == [UNK_ID]})
         else:
