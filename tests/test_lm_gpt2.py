@@ -24,6 +24,8 @@ def save_random_gpt2(folder, **overrides):
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
+        bos_token_id=None,
+        eos_token_id=None,
         **overrides,
     )
     torch.manual_seed(0)
