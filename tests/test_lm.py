@@ -156,15 +156,23 @@ def test_tied_embeddings_and_checkpoint_rebuild_by_name():
 
 def test_prompt_longer_than_learned_positions_names_the_fix():
     model = tiny_lm("learned", max_len=16)
-    with pytest.raises(InputError, match=r"max-new-tokens to at most 6"):
-        sample(model, random_ids(1, 10), max_new_tokens=7)
+    with pytest.raises(InputError, match=r"prompt has 17 tokens.*max_len=16.*--positions"):
+        sample(model, random_ids(1, 17), max_new_tokens=1)
     with pytest.raises(InputError, match=r"max_len=16.*--positions"):
         model(random_ids(1, 17))
-    # positions that extend past max_len have no such limit
-    assert (
-        sample(tiny_lm("sinusoidal", max_len=16), random_ids(1, 10), max_new_tokens=10).shape[1]
-        == 20
+
+
+@pytest.mark.parametrize("positions", LM_POSITION_KINDS)
+def test_generation_past_max_len_reads_the_last_max_len_tokens(positions):
+    model = tiny_lm(positions, max_len=16)
+    prompt = random_ids(2, 10)
+    out = sample(model, prompt, max_new_tokens=20, temperature=0)
+    assert torch.equal(
+        out, sample(model, prompt, max_new_tokens=20, temperature=0, use_cache=False)
     )
+    if positions == "learned":  # a sliding window of the last 16 tokens
+        for t in (16, 20, 29):
+            assert out[0, t] == model(out[:, t - 16 : t]).logits[0, -1].argmax()
 
 
 @pytest.mark.parametrize(

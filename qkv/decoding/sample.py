@@ -44,8 +44,11 @@ def sample(
     """Continue every prompt of the batch by ``max_new_tokens`` sampled tokens.
 
     ``on_token(tokens)`` is called with each step's new tokens (B,) as they are drawn
-    (streaming).  The model needs ``start``/``step`` (the step protocol), and ``forward``
-    returning ``.logits`` when ``use_cache=False``.
+    (streaming).  A model with learned positions (``model.max_positions`` not None) reads at
+    most its last ``max_positions`` tokens: past that the window slides, and the cache is
+    rebuilt from the window at each step (as without the cache).  The model needs
+    ``start``/``step`` (the step protocol), and ``forward`` returning ``.logits`` when
+    ``use_cache=False``.
 
     Shapes: prompt_ids (B, T) -> (B, T + max_new_tokens), the prompts included.
     """
@@ -54,23 +57,27 @@ def sample(
     if seed is not None and generator is not None:
         raise InputError("pass seed or generator, not both")
     limit = getattr(model, "max_positions", None)
-    if limit is not None and prompt_ids.shape[1] + max_new_tokens > limit:
+    if limit is not None and prompt_ids.shape[1] > limit:
         raise InputError(
-            f"the prompt ({prompt_ids.shape[1]} tokens) plus max_new_tokens={max_new_tokens} "
-            f"exceed the {limit} positions this model learned (its max_len); lower "
-            f"--max-new-tokens to at most {limit - prompt_ids.shape[1]} or shorten the prompt"
+            f"the prompt has {prompt_ids.shape[1]} tokens, but this model learned only "
+            f"max_len={limit} positions; shorten the prompt, or train a model whose "
+            "positions extend past max_len (--positions sinusoidal, rope or alibi)"
         )
     if seed is not None:
         generator = torch.Generator(device=prompt_ids.device).manual_seed(seed)
     batch = prompt_ids.shape[0]
     ids = prompt_ids
-    state = model.start(prompt_ids[:, :-1]) if use_cache else None
+    state, consumed = None, 0  # consumed: positions in the cache
     for _ in range(max_new_tokens):
-        if use_cache:
-            output = check_step(model.step(ids[:, -1], state, need_attention=False), batch, False)
-            logits, state = output.log_probs, output.state
+        window = ids if limit is None else ids[:, -limit:]  # past max_len: the last limit
+        if not use_cache:
+            logits = model(window).logits[:, -1].float()  # (B, V)
         else:
-            logits = model(ids).logits[:, -1].float()  # (B, V)
+            if state is None or consumed + 1 > window.shape[1]:
+                # first step, or the window slid: read it afresh (all but its last token)
+                state, consumed = model.start(window[:, :-1]), window.shape[1] - 1
+            output = check_step(model.step(ids[:, -1], state, need_attention=False), batch, False)
+            logits, state, consumed = output.log_probs, output.state, consumed + 1
         token = _draw(logits, temperature, top_k, top_p, generator)  # (B,)
         ids = torch.cat([ids, token[:, None]], dim=1)
         if on_token is not None:

@@ -204,8 +204,8 @@ class TransformerLM(nn.Module):
             raise InputError(
                 f"a sequence of {length} tokens needs positions up to {length - 1}, but this "
                 f"model learned only max_len={self.config.max_len} positions (positions="
-                "'learned'); shorten the prompt or --max-new-tokens, or train with "
-                "--positions sinusoidal/rope/alibi, which extend past max_len"
+                "'learned'); give at most max_len tokens (qkv.decoding.sample slides a window), "
+                "or train with --positions sinusoidal/rope/alibi, which extend past max_len"
             )
 
 
