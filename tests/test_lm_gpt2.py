@@ -12,11 +12,12 @@ from qkv.pretrained import load_gpt2
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
+VOCAB = 300  # 256 bytes + 44 merges for the tokenizer test
 
 
 def save_random_gpt2(folder, **overrides):
     config = transformers.GPT2Config(
-        vocab_size=120,
+        vocab_size=VOCAB,
         n_positions=48,
         n_embd=32,
         n_layer=2,
@@ -42,7 +43,7 @@ def save_random_gpt2(folder, **overrides):
 def test_logits_and_greedy_generations_equal_transformers(tmp_path, tied):
     reference = save_random_gpt2(tmp_path, tie_word_embeddings=tied)
     loaded = load_gpt2(tmp_path)
-    ids = torch.randint(0, 120, (3, 20), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, VOCAB, (3, 20), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = reference(ids).logits
     torch.testing.assert_close(loaded.model(ids).logits, expected, rtol=0, atol=1e-4)
@@ -69,3 +70,29 @@ def test_missing_files_and_unsupported_options_are_clear_errors(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="scale_attn_by_inverse_layer_idx"):
         load_gpt2(tmp_path)
+
+
+def test_the_folder_tokenizer_drives_generate_text(tmp_path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from qkv.tasks.lm import generate_text
+
+    reference = save_random_gpt2(tmp_path)
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tokenizer.train_from_iterator(["the heaven and the earth, the waters"] * 5, trainer)
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    loaded = load_gpt2(tmp_path)
+    prompt = "the earth"
+    ids = loaded.tokenizer.encode(prompt)
+    assert loaded.tokenizer.decode(ids) == prompt
+    (text,) = generate_text(loaded, prompt, max_new_tokens=12, temperature=0)
+    with torch.no_grad():
+        expected = reference.generate(
+            torch.tensor([ids]), max_new_tokens=12, do_sample=False, pad_token_id=0
+        )
+    assert text == loaded.tokenizer.decode(expected[0, len(ids) :])
