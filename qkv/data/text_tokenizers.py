@@ -8,9 +8,7 @@ exactly, spaces and newlines included.  Both keep qkv's four special ids first.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from typing import Any
 
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
@@ -18,27 +16,20 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 from ..errors import InputError
 from . import tokenizers as _tokenizers
 from .batch import SPECIAL_TOKENS, UNK_ID
-from .tokenizers import CharTokenizer, Tokenizer
+from .tokenizers import BPETokenizer, CharTokenizer, Tokenizer
 
 __all__ = ["ByteBPETokenizer", "TEXT_TOKENIZER_KINDS", "train_text_tokenizer", "encode_prompt"]
 
 
-class ByteBPETokenizer(Tokenizer):
+class ByteBPETokenizer(BPETokenizer):
     """Byte-level byte-pair encoding (Radford et al. 2019), trained with Hugging Face
     ``tokenizers``: the 256 bytes are the base alphabet, merges learned on top.
 
-    ``decode(encode(text)) == text`` for every string (no UNK is ever produced)."""
+    ``decode(encode(text)) == text`` for every string (no UNK is ever produced).  Encoding,
+    decoding and saving are :class:`~qkv.data.tokenizers.BPETokenizer`'s; only the
+    pre-tokenizer (bytes, spaces kept) and the training differ."""
 
     kind = "bytebpe"
-
-    def __init__(self, tokenizer: _HFTokenizer):
-        for expected_id, token in enumerate(SPECIAL_TOKENS):
-            if tokenizer.token_to_id(token) != expected_id:
-                raise InputError(
-                    f"special token {token!r} has id {tokenizer.token_to_id(token)}, expected "
-                    f"{expected_id}; train with special_tokens={list(SPECIAL_TOKENS)} first"
-                )
-        self._tokenizer = tokenizer
 
     @classmethod
     def train(
@@ -67,29 +58,9 @@ class ByteBPETokenizer(Tokenizer):
         tokenizer.train_from_iterator(texts, trainer)
         return cls(tokenizer)
 
-    def encode(self, text: str) -> list[int]:
-        return self._tokenizer.encode(text, add_special_tokens=False).ids
-
     def encode_lines(self, lines: list[str]) -> list[list[int]]:
         """``encode`` of many texts at once (in parallel threads)."""
         return [e.ids for e in self._tokenizer.encode_batch(lines, add_special_tokens=False)]
-
-    def _decode(self, ids: list[int]) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=True)
-
-    def _token(self, token_id: int) -> str:
-        return self._tokenizer.id_to_token(token_id)
-
-    @property
-    def vocab_size(self) -> int:
-        return self._tokenizer.get_vocab_size(with_added_tokens=True)
-
-    def _state(self) -> dict[str, Any]:
-        return {"tokenizer": json.loads(self._tokenizer.to_str())}
-
-    @classmethod
-    def _from_state(cls, state: dict[str, Any]) -> ByteBPETokenizer:
-        return cls(_HFTokenizer.from_str(json.dumps(state["tokenizer"])))
 
 
 # ``load_tokenizer`` (and so every checkpoint) finds the kind by name.
