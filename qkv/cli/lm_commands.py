@@ -10,8 +10,8 @@ from .options import add_train_options, train_config_from
 EXAMPLE = "\n\nexample:\n  "
 #: Training defaults that suit a small language model (the shared ones suit translation).
 LM_TRAIN_DEFAULTS = dict(
-    lr=1e-3,
-    warmup_steps=200,
+    lr=2e-3,
+    warmup_steps=100,
     label_smoothing=0.0,
     validate_every=250,
     log_every=50,
@@ -26,7 +26,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="train a decoder-only language model (GPT) on text",
         description="Train a decoder-only Transformer language model on the built-in King James "
         "Bible (kjv, ~4.5 MB of English) or any UTF-8 text file (its last 5% of lines are the "
-        "validation text). Language-model training defaults: --lr 0.001, --warmup-steps 200, "
+        "validation text). Language-model training defaults: --lr 0.002, --warmup-steps 100, "
         "--label-smoothing 0, --validate-every 250, --log-every 50. Checkpoints, the tokenizer and log.jsonl (with validation loss and "
         "perplexity) go to --out; --resume continues exactly; `qkv curves` plots the run."
         + EXAMPLE
@@ -62,8 +62,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     lm.add_argument(
         "--batch-size",
         type=int,
-        default=32,
-        help="windows per batch (default: 32); sets --max-tokens unless that is given",
+        default=16,
+        help="windows per batch (default: 16); sets --max-tokens unless that is given",
     )
     add_train_options(lm)
     lm.set_defaults(run=_train_lm, **LM_TRAIN_DEFAULTS)
