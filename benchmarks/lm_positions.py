@@ -80,7 +80,11 @@ def main() -> None:
         if run.exists():
             rows[kind] = losses_by_context(run, text, args.tokens)
     headers = ["positions", *(f"context {c}" for c in CONTEXTS)]
-    print(table(headers, [[kind, *values] for kind, values in rows.items()]))
+    cells = [
+        [kind, *(None if v is None else f"{v:.3f}" for v in values)]
+        for kind, values in rows.items()
+    ]
+    print(table(headers, cells))
     if args.out:
         plot(rows, args.out)
         print(f"plot: {args.out}")
