@@ -188,10 +188,13 @@ class TransformerLM(nn.Module):
         self._check_length(offset + ids.shape[1])
         x = self.token_embedding(ids) * self.embedding_scale  # (B, T, D)
         x = self.positions(x, offset=offset)  # (B, T, D), dropout included
+        # One new position (a decoding step) is the last one: it may attend to every key, so
+        # no causal mask is needed (and none is built).
+        causal = ids.shape[1] > 1
         weights = []
         for index, block in enumerate(self.blocks):
             cache = None if caches is None else caches[index]
-            out = block(x, causal=True, cache=cache, need_weights=need_weights)
+            out = block(x, causal=causal, cache=cache, need_weights=need_weights)
             x = out.hidden
             if need_weights:
                 weights.append(out.self_attention)
