@@ -227,11 +227,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", choices=["train", "sample", "gqa"], help="one part only")
     parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS, help="default: 512")
+    parser.add_argument("--threads", type=int, help="only this many threads (default: 1, then all)")
     args = parser.parse_args()
     NEW_TOKENS = args.new_tokens
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     default_threads = torch.get_num_threads()
-    for threads in dict.fromkeys((1, default_threads)):
+    counts = (args.threads,) if args.threads else (1, default_threads)
+    for threads in dict.fromkeys(counts):
         torch.set_num_threads(threads)
         print(f"\n## {threads} thread(s) — {machine()}\n")
         if args.only in (None, "train"):
