@@ -53,7 +53,7 @@ class LMSetup:
     data: ``kjv`` or a UTF-8 text file (split as :mod:`qkv.data.text` states).
     size: "small" (4 x 128, context 128) or "medium" (6 x 384, context 256).
     context: tokens per training window (None: the size's); the model's ``max_len``.
-    positions: "learned", "sinusoidal" (any kind of :data:`LM_POSITION_KINDS`).
+    positions: "learned", "sinusoidal", "rope" or "alibi" (any registered position scheme).
     tokenizer: "char" or "bytebpe"; vocab_size for bytebpe.
     num_kv_heads: grouped key/value heads (None: one per query head).
     dropout: overrides the size's dropout (None: keep it).
