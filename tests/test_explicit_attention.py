@@ -94,15 +94,57 @@ def test_gradcheck_float64(monkeypatch, blocked):
     assert torch.autograd.gradcheck(function, (q, k, v))
 
 
-def test_weight_blocks_tile_the_matrix_once(monkeypatch):
-    """Every (b, h, row) is in exactly one piece, on every path, causal or not."""
+def _plans(monkeypatch):
+    """Plans of a (2, 3, 70, 5) matrix on every path: batched, head groups, row blocks."""
     monkeypatch.setattr(explicit, "BLOCKED_FROM_BYTES", 0)
-    for block, causal in [(10**6, False), (10**6, True), (60, False), (60, True), (7, True)]:
+    monkeypatch.setattr(explicit, "CAUSAL_SPLIT_FROM", 16)
+    for block, causal in [(10**6, False), (10**6, True), (700, False), (60, False), (7, True)]:
         monkeypatch.setattr(explicit, "BLOCK_ELEMENTS", block)
-        weights = torch.zeros(2, 3, 70, 5)
-        for bh, rows in explicit.weight_blocks(weights, causal):
-            weights[bh + (rows,)] += 1
-        assert torch.equal(weights, torch.ones_like(weights)), (block, causal)
+        yield explicit.plan_blocks((2, 3, 70, 5), 4, causal)
+
+
+def test_plan_blocks_tile_the_matrix_exactly_once(monkeypatch):
+    """Every (b, h, row) is in exactly one block; every block is within the size limit."""
+    paths = set()
+    for plan in _plans(monkeypatch):
+        count = torch.zeros(plan.shape[:-1])
+        for block in plan.blocks:
+            count[block.index] += 1
+            assert count[block.index].numel() * 5 <= max(explicit.BLOCK_ELEMENTS, 5 * 70)
+        assert torch.equal(count, torch.ones_like(count)), plan
+        paths.add((len(plan.blocks), plan.causal))
+    assert len(paths) == 5  # five different plans, not one path five times
+
+
+def test_plan_one_writer_per_kv_gradient_region_and_it_runs_first(monkeypatch):
+    for plan in _plans(monkeypatch):
+        seen_heads = {}  # heads (as a hashable index) -> has its writer run yet
+        for block in plan.backward_order:
+            heads = str(block.head_index)
+            if block.writes_kv_grad:
+                assert heads not in seen_heads, f"two writers for {heads}:\n{plan}"
+                assert block.keys == plan.shape[-1]  # the writer covers every key
+                seen_heads[heads] = True
+            else:
+                assert seen_heads.get(heads), f"{block} adds before its writer:\n{plan}"
+        heads_count = torch.zeros(plan.shape[:2])
+        for block in plan.blocks:
+            heads_count[block.head_index] += block.writes_kv_grad
+        assert torch.equal(heads_count, torch.ones_like(heads_count))
+
+
+def test_plan_causal_blocks_skip_keys_past_the_diagonal(monkeypatch):
+    monkeypatch.setattr(explicit, "CAUSAL_SPLIT_FROM", 4)
+    plan = explicit.plan_blocks((1, 1, 8, 12), 4, causal=True)  # 4 keys of cached prefix
+    assert [(b.rows.start, b.rows.stop, b.keys) for b in plan.blocks] == [
+        (0, 2, 6),
+        (2, 4, 8),
+        (4, 6, 10),
+        (6, 8, 12),
+    ]
+    assert plan.band == 2 and [b.writes_kv_grad for b in plan.blocks] == [0, 0, 0, 1]
+    assert all(b.keys == 12 for b in explicit.plan_blocks((1, 1, 8, 12), 4, False).blocks)
+    assert "rows=6:8 keys=:12  writes dK, dV" in str(plan)
 
 
 def test_fully_masked_rows_give_zeros_and_finite_gradients():

@@ -15,7 +15,6 @@ from qkv.functional import (
     causal_mask,
     explain_backend,
     from_key_padding_mask,
-    lengths_mask,
     masked_softmax,
     merge_heads,
     padding_mask,
@@ -48,7 +47,6 @@ def test_masks_have_documented_shapes_and_polarity():
     keep = padding_mask(tokens, pad_id=0)
     assert keep.shape == (2, 1, 1, 3)
     assert keep[:, 0, 0].tolist() == [[True, True, False], [True, False, False]]
-    assert torch.equal(lengths_mask(torch.tensor([2, 1]), 3), keep)
     assert torch.equal(from_key_padding_mask(tokens == 0), keep)
     assert causal_mask(3).tolist() == [
         [True, False, False],
@@ -333,3 +331,26 @@ def test_weights_for_inspection_equal_the_differentiable_ones_on_large_matrices(
     assert not fast.isnan().any()
     if kind == "bool":
         assert torch.all(fast[0, :, 7] == 0)
+
+
+def test_weights_for_inspection_go_to_the_explicit_kernel_where_it_can():
+    q = torch.randn(1, 2, 3, 4, requires_grad=True)
+    assert explain_backend(q, q, q, need_weights=True, weights_grad=False).backend == "explicit"
+    choice = explain_backend(q, q, q, need_weights=True, weights_grad=False, dropout=0.5)
+    assert choice.backend == "sdpa" and "dropout" in choice.passed_over["explicit"]
+    out, weights = attention(q, q, q, need_weights=True, weights_grad=False, causal=True)
+    ref = attention(q, q, q, need_weights=True, causal=True, backend="reference")
+    torch.testing.assert_close(out, ref.output)
+    torch.testing.assert_close(weights, ref.weights.detach())
+    assert out.requires_grad and not weights.requires_grad
+
+
+def test_weights_for_inspection_beside_a_fused_kernel_in_half_precision():
+    q = torch.randn(1, 2, 3, 8, dtype=torch.bfloat16, requires_grad=True)
+    choice = explain_backend(q, q, q, need_weights=True, weights_grad=False)
+    assert choice.backend == "sdpa" and "float32/float64" in choice.passed_over["explicit"]
+    out, weights = attention(q, q, q, need_weights=True, weights_grad=False)
+    ref = attention(q, q, q, need_weights=True, backend="reference")
+    torch.testing.assert_close(out, ref.output, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(weights, ref.weights.detach(), atol=1e-2, rtol=1e-2)
+    assert out.requires_grad and not weights.requires_grad

@@ -86,16 +86,33 @@ def test_attention_layer_weights_sum_to_one_and_respect_the_mask():
 def test_attention_layer_without_projections_attends_over_inputs_directly():
     layer = Attention(query_dim=2, input_dim=2, score="dot")
     output, weights = layer(Q, K)
-    assert torch.allclose(weights, torch.softmax(DotScore()(Q, K), -1))
-    assert torch.allclose(output, weights @ K)
+    # dot scores [[1, 2, 3], [0, -1, -1]]; softmax by hand, then weights @ K with K's rows
+    # (1, 0), (0, 1), (1, 1)
+    e = math.e
+    first = torch.tensor([e, e**2, e**3]) / (e + e**2 + e**3)
+    second = torch.tensor([1, 1 / e, 1 / e]) / (1 + 2 / e)
+    torch.testing.assert_close(weights[0], torch.stack([first, second]))
+    expected = torch.tensor(
+        [[first[0] + first[2], first[1] + first[2]], [second[0] + second[2], second[1] + second[2]]]
+    )
+    torch.testing.assert_close(output[0], expected)
 
 
-def test_prepared_memory_equals_direct_call():
+def test_prepared_memory_serves_every_decoding_step_like_one_batched_call():
+    """Memory prepared once, then attended one query at a time (as a decoder does), gives
+    what all the queries attended together give, and the memory is not changed by use."""
     torch.manual_seed(2)
     layer = Attention(query_dim=4, input_dim=4, score="additive")
-    inputs, query = torch.randn(2, 5, 4), torch.randn(2, 1, 4)
+    inputs, queries = torch.randn(2, 5, 4), torch.randn(2, 3, 4)
+    mask = torch.tensor([[True] * 5, [True, True, False, False, False]])[:, None, :]
     memory = layer.memory(inputs)
-    assert torch.allclose(layer.attend(query, memory)[0], layer(query, inputs)[0])
+    before = [t.clone() for t in memory]
+    steps = [layer.attend(queries[:, t : t + 1], memory, mask=mask) for t in range(3)]
+    together = layer(queries, inputs, mask=mask)
+    torch.testing.assert_close(torch.cat([out for out, _ in steps], 1), together[0])
+    torch.testing.assert_close(torch.cat([w for _, w in steps], 1), together[1])
+    assert all(torch.equal(a, b) for a, b in zip(memory, before))
+    assert torch.all(together[1][1, :, 2:] == 0)
 
 
 def test_register_a_new_score():

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from qkv.functional import attention, causal_mask, from_key_padding_mask
+from qkv.functional import causal_mask, from_key_padding_mask
 from qkv.layers import KVCache, MultiHeadAttention
 
 
@@ -70,29 +70,24 @@ def test_weights_match_torch_per_head_and_carry_no_gradient():
 
 
 @given(seed=st.integers(0, 1000), num_kv_heads=st.sampled_from([1, 2, 4]), length=st.integers(1, 6))
-def test_grouped_query_attention_shares_kv_heads(seed, num_kv_heads, length):
+def test_grouped_query_attention_equals_full_heads_with_duplicated_kv_weights(
+    seed, num_kv_heads, length
+):
+    """Query head h reads key/value head h // (H / Hkv): a grouped layer is a full layer
+    whose key/value projections repeat each KV head's rows for its group of query heads."""
     torch.manual_seed(seed)
-    layer = MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads)
-    assert layer.k_proj.out_features == num_kv_heads * 4
+    grouped = MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads)
+    assert grouped.k_proj.out_features == num_kv_heads * 4
+    full = MultiHeadAttention(16, 4)
+    state = grouped.state_dict()
+    for name in ("k_proj", "v_proj"):  # (Hkv * Dh, D) -> (H * Dh, D), each head repeated
+        for part in ("weight", "bias"):
+            rows = state[f"{name}.{part}"].view(num_kv_heads, 4, -1)
+            state[f"{name}.{part}"] = rows.repeat_interleave(4 // num_kv_heads, 0).reshape(16, -1)
+    state = {key: t.squeeze(-1) if key.endswith("bias") else t for key, t in state.items()}
+    full.load_state_dict(state)
     x = torch.randn(2, length, 16)
-    out, _ = layer(x, causal=True)
-    # the same computation written out: each kv head repeated for its group of query heads
-    q = layer.q_proj(x).view(2, length, 4, 4).transpose(1, 2)
-    k = (
-        layer.k_proj(x)
-        .view(2, length, num_kv_heads, 4)
-        .transpose(1, 2)
-        .repeat_interleave(4 // num_kv_heads, 1)
-    )
-    v = (
-        layer.v_proj(x)
-        .view(2, length, num_kv_heads, 4)
-        .transpose(1, 2)
-        .repeat_interleave(4 // num_kv_heads, 1)
-    )
-    z = attention(q, k, v, causal=True, backend="reference").output
-    expected = layer.out_proj(z.transpose(1, 2).reshape(2, length, 16))
-    assert torch.allclose(out, expected, atol=1e-5)
+    torch.testing.assert_close(grouped(x, causal=True)[0], full(x, causal=True)[0])
 
 
 @given(
@@ -153,3 +148,23 @@ def test_layer_errors_name_the_problem():
         MultiHeadAttention.from_torch(nn.Linear(2, 2))
     with pytest.raises(ValueError, match="self-attention .* needs kdim = vdim = d_model = 8"):
         MultiHeadAttention(8, 2, kdim=6, vdim=6)(torch.randn(2, 3, 8))
+
+
+def test_both_cache_kinds_share_one_protocol_and_other_objects_are_refused():
+    from qkv.layers import AttentionCache, StaticKV
+
+    layer = MultiHeadAttention(16, 4, num_kv_heads=2)
+    memory, x = torch.randn(2, 5, 16), torch.randn(2, 3, 16)
+    static = layer.project_kv(memory)
+    growing = KVCache()
+    for cache, appends in ((static, False), (growing, True)):
+        assert isinstance(cache, AttentionCache) and cache.appends is appends
+    assert isinstance(static, StaticKV) and static.length == 5
+    cross, _ = layer(x, cache=static)
+    torch.testing.assert_close(cross, layer(x, memory, memory)[0])
+    layer(x, cache=growing)
+    assert growing.length == 3
+    with pytest.raises(TypeError, match="KVCache or StaticKV"):
+        layer(x, cache=(static.key, static.value))
+    with pytest.raises(ValueError, match="omit key and value"):
+        layer(x, memory, memory, cache=static)

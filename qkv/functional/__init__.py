@@ -12,7 +12,7 @@ from .backends import sdpa as _sdpa  # noqa: F401  (registers "sdpa")
 from .backends.chunked import chunked_attention, weights_from_lse
 from .backends.reference import attention_weights
 from .heads import merge_heads, repeat_kv, split_heads
-from .masks import causal_mask, from_key_padding_mask, lengths_mask, padding_mask
+from .masks import causal_mask, from_key_padding_mask, padding_mask
 from .positions import (
     alibi_bias,
     alibi_slopes,
@@ -21,7 +21,6 @@ from .positions import (
     rotate_half,
     sinusoidal_encoding,
 )
-from .scores import dot_scores, scaled_dot_scores
 from .softmax import masked_softmax
 
 __all__ = [
@@ -38,7 +37,6 @@ __all__ = [
     "backends",
     "masked_softmax",
     "padding_mask",
-    "lengths_mask",
     "causal_mask",
     "from_key_padding_mask",
     "split_heads",
@@ -50,6 +48,4 @@ __all__ = [
     "rotate_half",
     "alibi_slopes",
     "alibi_bias",
-    "dot_scores",
-    "scaled_dot_scores",
 ]

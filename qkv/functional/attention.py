@@ -5,8 +5,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..errors import InputError
 from .backends import AttentionCall, AttentionOutput, BackendChoice, choose_backend
 from .backends.explicit import explicit_attention, supports_explicit
+from .backends.reference import attention_weights
+from .checks import check_causal, check_mask, check_tensors
 from .heads import repeat_kv
 from .scores import resolve_scale
 
@@ -24,6 +27,7 @@ def attention(
     scale: float | None = None,
     dropout: float = 0.0,
     need_weights: bool = False,
+    weights_grad: bool = True,
     backend: str = "auto",
 ) -> AttentionOutput:
     """z_i = sum_j alpha_ij v_j,  alpha_ij = softmax_j(e_ij),  e_ij = score(q_i, k_j).
@@ -45,6 +49,11 @@ def attention(
         dropout: probability of dropping a weight.  Applied whenever > 0, like SDPA's
             ``dropout_p``; layers pass 0 in eval mode.
         need_weights: also return the weights (before dropout).  They carry gradients.
+        weights_grad: False: the weights are for inspection only and carry **no gradient**
+            (the output still does).  Then in float32/float64 without dropout one weight
+            matrix, written once, gives the output, the weights and the backward
+            (:func:`attention_with_weights`); otherwise the output takes the fastest backend
+            and the weights are computed beside it without autograd.
         backend: "auto" (the fastest that supports the call; see :func:`explain_backend`),
             "sdpa", "chunked" or "reference".
 
@@ -52,8 +61,24 @@ def attention(
     never NaN, on every backend.
     """
     call = _make_call(query, key, value, mask, causal, score, scale, dropout, need_weights)
+    if call.need_weights and not weights_grad:
+        return _attention_for_inspection(call, backend)
     impl, _ = choose_backend(call, backend)
     return impl.run(call)
+
+
+def _attention_for_inspection(call: AttentionCall, backend: str) -> AttentionOutput:
+    """The output with its gradient, and weights without one."""
+    if backend == "auto" and supports_explicit(call.query, call.mask, call.dropout) is None:
+        output, weights = explicit_attention(
+            call.query, call.key, call.value, call.mask, call.causal, call.scale
+        )
+        return AttentionOutput(output, weights)  # one matrix: output, weights and backward
+    impl, _ = choose_backend(call._replace(need_weights=False), backend)
+    output = impl.run(call._replace(need_weights=False)).output
+    with torch.no_grad():  # dropout or half precision: the weights computed beside
+        weights = attention_weights(call.query, call.key, call.mask, call.causal, call.scale)
+    return AttentionOutput(output, weights)
 
 
 def attention_with_weights(
@@ -99,12 +124,21 @@ def explain_backend(
     scale: float | None = None,
     dropout: float = 0.0,
     need_weights: bool = False,
+    weights_grad: bool = True,
     backend: str = "auto",
 ) -> BackendChoice:
     """Which backend :func:`attention` would run with these arguments, and what ruled out
-    each faster one.  ``print(explain_backend(q, k, v, need_weights=True))``."""
+    each faster one.  ``print(explain_backend(q, k, v, need_weights=True))``.  Weights for
+    inspection (``weights_grad=False``) go to "explicit" where it can serve them."""
     call = _make_call(query, key, value, mask, causal, score, scale, dropout, need_weights)
-    return choose_backend(call, backend)[1]
+    if not (call.need_weights and not weights_grad):
+        return choose_backend(call, backend)[1]
+    reason = supports_explicit(call.query, call.mask, call.dropout)
+    if backend == "auto" and reason is None:
+        return BackendChoice("explicit")
+    choice = choose_backend(call._replace(need_weights=False), backend)[1]
+    passed_over = {"explicit": reason or f"backend={backend!r} requested", **choice.passed_over}
+    return BackendChoice(choice.backend, passed_over)
 
 
 def _make_call(
@@ -118,75 +152,14 @@ def _make_call(
     dropout: float,
     need_weights: bool,
 ) -> AttentionCall:
-    _check_tensors(query, key, value)
-    mask = _check_mask(mask, query, key)
+    check_tensors(query, key, value)
+    mask = check_mask(mask, query, key)
+    check_causal(causal, query.shape[2], key.shape[2])
     if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout={dropout} must be in [0, 1)")
+        raise InputError(f"dropout={dropout} must be in [0, 1)")
     heads, kv_heads = query.shape[1], key.shape[1]
     key, value = repeat_kv(key, heads // kv_heads), repeat_kv(value, heads // kv_heads)
     scale = resolve_scale(score, scale, query.shape[-1])
     return AttentionCall(
         query, key, value, mask, bool(causal), scale, float(dropout), bool(need_weights)
-    )
-
-
-def _check_tensors(query: Tensor, key: Tensor, value: Tensor) -> None:
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(
-                f"{name} must have shape (B, H, T, D), got {tuple(t.shape)}; "
-                "use split_heads() to go from (B, T, D) to (B, H, T, Dh)"
-            )
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
-    if not (query.dtype == key.dtype == value.dtype):
-        raise TypeError(
-            f"query, key, value dtypes differ: {query.dtype}, {key.dtype}, {value.dtype}"
-        )
-    if not (query.device == key.device == value.device):
-        raise ValueError(
-            f"query, key, value are on different devices: {query.device}, {key.device}, {value.device}"
-        )
-    (b, h, tq, dh), (bk, hk, tk, dk), (bv, hv, tv, _) = query.shape, key.shape, value.shape
-    if b == bk == bv and hk == hv and h % hk == 0 and tk == tv and dh == dk and tq and tk:
-        return  # the common case, without formatting the messages below
-    shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-    if not (b == bk == bv):
-        raise ValueError(f"batch sizes differ: {shapes}")
-    if hk != hv or h % hk:
-        raise ValueError(
-            f"key and value need the same number of heads, dividing the query's: {shapes}"
-        )
-    if tk != tv:
-        raise ValueError(f"key and value need the same length Tk: {shapes}")
-    if dh != dk:
-        raise ValueError(f"query and key need the same width Dh (q and k must share d_k): {shapes}")
-    if tq == 0 or tk == 0:
-        raise ValueError(
-            f"empty sequence (Tq={tq}, Tk={tk}): attention needs at least one query and one key"
-        )
-
-
-def _check_mask(mask: Tensor | None, query: Tensor, key: Tensor) -> Tensor | None:
-    if mask is None:
-        return None
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
-    target = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
-    if mask.dim() > 4 or any(m not in (1, t) for m, t in zip(mask.shape[::-1], target[::-1])):
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to (B, H, Tq, Tk) = {target}; "
-            "a padding mask is (B, 1, 1, Tk), a causal one (Tq, Tk)"
-        )
-    if mask.device != query.device:
-        raise ValueError(f"mask is on {mask.device} but query is on {query.device}")
-    if mask.dtype == torch.bool:
-        return mask
-    if mask.is_floating_point():
-        return mask.to(query.dtype)  # an additive bias
-    raise TypeError(
-        f"mask must be bool (True = may attend) or a float additive bias, got {mask.dtype}; "
-        "for 0/1 integers use mask.bool()"
     )

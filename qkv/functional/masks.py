@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["padding_mask", "causal_mask", "lengths_mask", "from_key_padding_mask"]
+__all__ = ["padding_mask", "causal_mask", "from_key_padding_mask"]
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
@@ -24,15 +24,6 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
             f"padding_mask expects token ids of shape (B, T), got {tuple(tokens.shape)}"
         )
     return (tokens != pad_id)[:, None, None, :]
-
-
-def lengths_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
-    """Like :func:`padding_mask`, from sequence lengths.  Shapes: (B,) -> (B, 1, 1, Tk)."""
-    if lengths.dim() != 1:
-        raise ValueError(f"lengths_mask expects lengths of shape (B,), got {tuple(lengths.shape)}")
-    max_len = int(lengths.max()) if max_len is None else max_len
-    positions = torch.arange(max_len, device=lengths.device)
-    return (positions[None, :] < lengths[:, None])[:, None, None, :]
 
 
 def causal_mask(

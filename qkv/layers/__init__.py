@@ -8,7 +8,7 @@ from .blocks import (
     EncoderBlock,
     EncoderBlockOutput,
 )
-from .cache import KVCache, StaticKV
+from .cache import AttentionCache, KVCache, StaticKV
 from .cnn import RegionEncoder, ResidualBlock, SmallResNet
 from .feedforward import FeedForward
 from .multihead import MultiHeadAttention
@@ -42,6 +42,7 @@ from .scores import (
 __all__ = [
     "Attention",
     "AttentionMemory",
+    "AttentionCache",
     "KVCache",
     "StaticKV",
     "MultiHeadAttention",

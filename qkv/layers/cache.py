@@ -1,12 +1,36 @@
-"""Key/value caches for incremental decoding."""
+"""Key/value caches for incremental decoding, and the protocol both kinds share."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from torch import Tensor
 
-__all__ = ["KVCache", "StaticKV"]
+from ..errors import InputError
+
+__all__ = ["AttentionCache", "KVCache", "StaticKV"]
+
+
+@runtime_checkable
+class AttentionCache(Protocol):
+    """What :class:`~qkv.layers.MultiHeadAttention` asks of a ``cache``.
+
+    ``appends``: True for a cache the layer adds each call's keys/values to, with
+    ``append(key, value) -> (all keys, all values)`` (self-attention decoding,
+    :class:`KVCache`); False for one that already holds every key and value (cross-attention
+    over fixed memory, :class:`StaticKV`).  ``length``: positions held.
+    key (B, Hkv, length, Dh), value (B, Hkv, length, Dv)."""
+
+    appends: bool
+
+    @property
+    def length(self) -> int: ...
+
+    @property
+    def key(self) -> Tensor | None: ...
+
+    @property
+    def value(self) -> Tensor | None: ...
 
 
 class StaticKV(NamedTuple):
@@ -16,6 +40,12 @@ class StaticKV(NamedTuple):
     key: Tensor
     value: Tensor
 
+    appends = False  # an AttentionCache that holds every key and value
+
+    @property
+    def length(self) -> int:
+        return self.key.shape[2]
+
 
 class KVCache:
     """The keys and values of every position decoded so far, for one attention layer.
@@ -24,6 +54,8 @@ class KVCache:
     when full, so a step costs O(1) copies, not a concatenation of the whole prefix.
     Shapes: key (B, Hkv, T, Dh), value (B, Hkv, T, Dv).
     """
+
+    appends = True  # an AttentionCache the layer adds each call's keys and values to
 
     def __init__(self) -> None:
         self._key: Tensor | None = None
@@ -46,7 +78,7 @@ class KVCache:
             self._key = key.new_empty(key.shape[:2] + (capacity, key.shape[3]))
             self._value = value.new_empty(value.shape[:2] + (capacity, value.shape[3]))
         elif key.shape[:2] != self._key.shape[:2] or key.shape[3] != self._key.shape[3]:
-            raise ValueError(
+            raise InputError(
                 f"cache holds keys of shape (B, Hkv, T, Dh) = {tuple(self._key.shape[:2])} + "
                 f"(T, {self._key.shape[3]}), cannot append {tuple(key.shape)}"
             )

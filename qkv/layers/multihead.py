@@ -6,17 +6,9 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import InputError
-from ..functional import (
-    attention,
-    attention_weights,
-    attention_with_weights,
-    merge_heads,
-    repeat_kv,
-    split_heads,
-)
-from ..functional.backends.explicit import supports_explicit
+from ..functional import attention, merge_heads, split_heads
 from .attention_positions import AttentionPositions
-from .cache import KVCache, StaticKV
+from .cache import AttentionCache, StaticKV
 
 __all__ = ["MultiHeadAttention"]
 
@@ -50,13 +42,13 @@ class MultiHeadAttention(nn.Module):
             )
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if num_heads < 1 or d_model % num_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+            raise InputError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
         if num_kv_heads < 1 or num_heads % num_kv_heads:
-            raise ValueError(
+            raise InputError(
                 f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}"
             )
         if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout={dropout} must be in [0, 1)")
+            raise InputError(f"dropout={dropout} must be in [0, 1)")
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.head_dim = d_model // num_heads
         self.kdim, self.vdim = kdim or d_model, vdim or d_model
@@ -77,7 +69,7 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         causal: bool = False,
         need_weights: bool = False,
-        cache: KVCache | StaticKV | None = None,
+        cache: AttentionCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Shapes: query (B, Tq, D); key (B, Tk, kdim), value (B, Tk, vdim), both omitted for
         self-attention; mask broadcastable to (B, H, Tq, Tk), boolean (True = may attend) or a
@@ -89,38 +81,34 @@ class MultiHeadAttention(nn.Module):
         memory (key/value then omitted).
 
         Without ``need_weights`` the output takes the fastest backend.  With it, the per-head
-        weights are returned for inspection and carry **no gradient**: in float32/float64
-        without dropout one weight matrix, written once, gives the output, the weights and
-        the backward (:func:`qkv.functional.attention_with_weights`); otherwise the output
-        takes the fastest backend and the weights are computed beside it without autograd.
+        weights are returned for inspection and carry **no gradient**
+        (``qkv.functional.attention(..., weights_grad=False)`` chooses how they are made).
         """
         self._check_inputs(query, key, value, cache)
         q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Tq, Dh)
-        if isinstance(cache, StaticKV):
+        if cache is not None and not cache.appends:  # fixed memory, projected once
             k, v = cache.key, cache.value  # (B, Hkv, S, Dh)
         else:
-            if key is None:
-                key = value = query
+            key = query if key is None else key
             k, v = self._project_kv(key, key if value is None else value)  # (B, Hkv, Tk, Dh)
-            past = cache.length if isinstance(cache, KVCache) else 0
+            past = 0 if cache is None else cache.length  # positions before this call's
             if self.positions is not None:  # self-attention only (checked)
                 q = self.positions.rotate(q, start=past)
                 k = self.positions.rotate(k, start=past)  # the KV heads, before the cache
-            if isinstance(cache, KVCache):
-                k, v = cache.append(k, v)
+            if cache is not None:
+                k, v = cache.append(k, v)  # (B, Hkv, past + new positions, Dh)
             if self.positions is not None:
                 mask = _add_bias(mask, self._position_bias(q, k, past))
-        dropout = self.dropout if self.training else 0.0
-        weights = None
-        if need_weights and supports_explicit(q, mask, dropout) is None:
-            # one weight matrix serves the output, the returned weights and the backward
-            output, weights = attention_with_weights(q, k, v, mask=mask, causal=causal)
-        else:
-            output, _ = attention(q, k, v, mask=mask, causal=causal, dropout=dropout)
-        if need_weights and weights is None:  # dropout or half precision: computed beside
-            with torch.no_grad():
-                rep = self.num_heads // self.num_kv_heads
-                weights = attention_weights(q, repeat_kv(k, rep), mask, causal, self.head_dim**-0.5)
+        output, weights = attention(
+            q,
+            k,
+            v,
+            mask=mask,
+            causal=causal,
+            dropout=self.dropout if self.training else 0.0,
+            need_weights=need_weights,
+            weights_grad=False,
+        )
         return self.out_proj(merge_heads(output)), weights  # output (B, H, Tq, Dh) merged
 
     def _position_bias(self, q: Tensor, k: Tensor, past: int) -> Tensor | None:
@@ -156,42 +144,38 @@ class MultiHeadAttention(nn.Module):
         return k, v
 
     def _check_inputs(self, query, key, value, cache) -> None:
-        cache_is_static = isinstance(cache, StaticKV)
         if query.dim() != 3 or query.shape[-1] != self.d_model:
-            raise ValueError(f"query must be (B, Tq, {self.d_model}), got {tuple(query.shape)}")
-        if (key is None) != (value is None) and not (key is not None and value is None):
-            raise ValueError("pass value together with key (or neither, for self-attention)")
-        if isinstance(cache, StaticKV) and key is not None:
-            raise ValueError("a StaticKV cache already holds the keys/values: omit key and value")
-        if (
-            key is None
-            and not isinstance(cache, StaticKV)
-            and (self.kdim, self.vdim) != (self.d_model,) * 2
-        ):
-            raise ValueError(
+            raise InputError(f"query must be (B, Tq, {self.d_model}), got {tuple(query.shape)}")
+        if key is None and value is not None:
+            raise InputError("pass value together with key (or neither, for self-attention)")
+        if cache is not None and not isinstance(cache, AttentionCache):
+            raise TypeError(f"cache must be a KVCache or StaticKV, got {type(cache).__name__}")
+        fixed_memory = cache is not None and not cache.appends
+        if fixed_memory and key is not None:
+            raise InputError("a StaticKV cache already holds the keys/values: omit key and value")
+        if key is not None:
+            self._check_widths(key, key if value is None else value, batch=query.shape[0])
+        elif not fixed_memory and (self.kdim, self.vdim) != (self.d_model,) * 2:
+            raise InputError(
                 f"self-attention (key and value omitted) needs kdim = vdim = d_model = "
                 f"{self.d_model}; this layer has kdim={self.kdim}, vdim={self.vdim}: pass key and value"
             )
-        if self.positions is not None and (key is not None or cache_is_static):
+        if self.positions is not None and (key is not None or fixed_memory):
             raise InputError(
                 f"positions={type(self.positions).__name__} applies to self-attention only; "
                 "this call is cross-attention (key/value or a StaticKV cache given): "
                 "use a layer without positions for cross-attention"
             )
-        if key is not None:
-            self._check_widths(key, key if value is None else value, batch=query.shape[0])
-        if cache is not None and not isinstance(cache, (KVCache, StaticKV)):
-            raise TypeError(f"cache must be a KVCache or StaticKV, got {type(cache).__name__}")
 
     def _check_widths(self, key: Tensor, value: Tensor, batch: int | None = None) -> None:
         if key.dim() != 3 or key.shape[-1] != self.kdim:
-            raise ValueError(f"key must be (B, Tk, {self.kdim}), got {tuple(key.shape)}")
+            raise InputError(f"key must be (B, Tk, {self.kdim}), got {tuple(key.shape)}")
         if value.dim() != 3 or value.shape[-1] != self.vdim or value.shape[:2] != key.shape[:2]:
-            raise ValueError(
+            raise InputError(
                 f"value must be (B, Tk, {self.vdim}) matching key {tuple(key.shape)}, got {tuple(value.shape)}"
             )
         if batch is not None and key.shape[0] != batch:
-            raise ValueError(f"query batch {batch} != key batch {key.shape[0]}")
+            raise InputError(f"query batch {batch} != key batch {key.shape[0]}")
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -202,7 +186,7 @@ class MultiHeadAttention(nn.Module):
                 f"from_torch takes a torch.nn.MultiheadAttention, got {type(module).__name__}"
             )
         if module.bias_k is not None or module.add_zero_attn:
-            raise ValueError("add_bias_kv / add_zero_attn have no qkv equivalent")
+            raise InputError("add_bias_kv / add_zero_attn have no qkv equivalent")
         d = module.embed_dim
         has_bias = module.in_proj_bias is not None
         layer = cls(

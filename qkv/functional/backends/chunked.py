@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..attention import _check_mask, _check_tensors
+from ..checks import check_causal, check_mask, check_tensors
 from ..heads import repeat_kv
 from . import AttentionCall, AttentionOutput, register_backend
 from .chunked_kernel import ChunkedAttentionFunction, compute_dtype
@@ -62,8 +62,9 @@ def chunked_attention(
 
     A query whose every key is masked gets output 0 and zero gradients, never NaN.
     """
-    _check_tensors(query, key, value)
-    mask = _check_mask(mask, query, key)
+    check_tensors(query, key, value)
+    mask = check_mask(mask, query, key)
+    check_causal(causal, query.shape[2], key.shape[2])
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size={block_size!r} must be a positive int (e.g. 1024)")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
@@ -82,13 +83,8 @@ def _run(
     scale: float,
     block_size: int,
 ) -> tuple[Tensor, Tensor]:
-    """Validated tensors -> (output (B, H, Tq, Dv) in query's dtype, lse (B, H, Tq))."""
-    tq, tk = query.shape[2], key.shape[2]
-    if causal and tk < tq:
-        raise ValueError(
-            f"causal attention needs Tk >= Tq (queries are the last positions of the keys), "
-            f"got Tq={tq}, Tk={tk}"
-        )
+    """Validated tensors (causal with Tk >= Tq) -> (output (B, H, Tq, Dv) in query's dtype,
+    lse (B, H, Tq))."""
     dtype = compute_dtype(query.dtype)
     args = [t.to(dtype) for t in (query, key, value)]
     if mask is not None and mask.is_floating_point():
@@ -119,16 +115,15 @@ def weights_from_lse(
         (B, len(heads), len(rows), Tk); ``rows``/``heads`` default to all.  The weights are
         in the query's dtype.
     """
-    _check_tensors(query, key, key)
-    mask = _check_mask(mask, query, key)
+    check_tensors(query, key, key)
+    mask = check_mask(mask, query, key)
     batch, num_heads, tq, _ = query.shape
     tk = key.shape[2]
     if lse.shape != (batch, num_heads, tq):
         raise ValueError(
             f"lse has shape {tuple(lse.shape)}; expected (B, H, Tq) = {(batch, num_heads, tq)}"
         )
-    if causal and tk < tq:
-        raise ValueError(f"causal attention needs Tk >= Tq, got Tq={tq}, Tk={tk}")
+    check_causal(causal, tq, tk)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     row_index = _indices(rows, tq, "rows", query.device)
     head_index = _indices(heads, num_heads, "heads", query.device)

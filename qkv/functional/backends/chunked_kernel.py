@@ -1,20 +1,27 @@
 """Exact attention in tiles: an online softmax forward and a backward that recomputes.
 
 The (B, H, Tq, Tk) score matrix is cut into tiles of (heads, query rows, key columns) and
-never held whole.  The forward keeps, per query row, a running max ``m`` and the running
-sums ``sum_j exp(s_ij - m) [v_j, 1]`` (output and normaliser together, from one matmul),
-rescaling them as each key block raises ``m`` (the online softmax of Milakov & Gimelshein
-2018, as in FlashAttention).  It saves only the output and ``lse = m + log l``; the
-backward recomputes each tile's weights as ``exp(s - lse)``.  Memory besides the inputs
-is O(T): two tile buffers, the output, lse, the gradients.
+never held whole.  For each query row i the forward walks the key blocks J and keeps a
+running max m_i and running sums (the online softmax of Milakov & Gimelshein 2018, as in
+FlashAttention), with scores s_ij = scale * q_i . k_j (+ bias):
 
-Speed on a CPU comes from large tiles batched over heads (a few big matmuls per tile), few
-elementwise passes (the scale is folded into q once, subtractions folded into matmuls by
-appending a column, everything in place into reused buffers) and skipping key blocks above
-the causal diagonal.  Scores are kept in base 2 (log2(e) folded into the scale) because
-``exp2`` is cheaper than ``exp`` and, unlike ``exp``/``log``, does not start a thread team
-for the small per-row tensors: each parallel region costs a scheduler slice on a busy
-machine.
+    m_i'   = max(m_i, max_{j in J} s_ij)
+    acc_i' = acc_i * exp(m_i - m_i') + sum_{j in J} exp(s_ij - m_i') [v_j, 1]
+
+and at the end  out_i = acc_i[:Dv] / acc_i[Dv],  lse_i = m_i + log acc_i[Dv]  (acc_i[Dv] is
+the softmax normaliser l_i).  It saves only the output and lse; the backward recomputes each
+tile's weights P_ij = exp(s_ij - lse_i).  Memory besides the inputs is O(T).
+
+Speed on a CPU comes from large tiles batched over heads and few elementwise passes; the
+tricks are marked where they happen:
+- *base 2*: log2(e) folded into the scale once, so every exp is an ``exp2`` (cheaper, and
+  unlike ``exp``/``log`` it starts no thread team for small per-row tensors: each parallel
+  region costs a scheduler slice on a busy machine); m is in base 2, lse = ln(2) m + ln l.
+- *appended column*: ones appended to v make ``P @ [v, 1]`` give the weighted values and
+  l in one matmul; backward, ``[q, -lse] . [k, 1]`` and ``[dO, -delta] . [v, 1]`` fold two
+  subtractions per tile into the matmuls.
+- *reused buffers*: one flat tile buffer per call, viewed to each tile, written in place.
+- *causal skip*: key blocks entirely above the (end-aligned) diagonal are never computed.
 """
 
 from __future__ import annotations
@@ -149,42 +156,40 @@ class _Options(NamedTuple):
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, options: _Options) -> tuple[Tensor, Tensor]:
     """Shapes: q (B, H, Tq, Dh), k (B, H, Tk, Dh), v (B, H, Tk, Dv) -> out (B, H, Tq, Dv),
-    lse (B, H, Tq)."""
+    lse (B, H, Tq).  Causal needs Tk >= Tq (checked by the callers)."""
     mask, causal, scale, block = options
     (batch, heads, tq, _), tk = q.shape, k.shape[2]
     bq, bk = min(block, tq), min(block, tk)
     out, lse = q.new_empty(*q.shape[:3], v.shape[-1]), q.new_empty(*q.shape[:3], 1)
     groups = _head_groups(batch, heads, bq, bk)
-    buffer = q.new_empty(max(g.size for g in groups) * bq * bk)
+    buffer = q.new_empty(max(g.size for g in groups) * bq * bk)  # reused buffers
     for group in groups:
-        qs, kg = _flat(q, group) * (scale * LOG2E), _flat(k, group)  # base-2 scores
-        vg = _with_ones(_flat(v, group))  # P @ [V, 1] also sums each row of P
+        qs, kg = _flat(q, group) * (scale * LOG2E), _flat(k, group)  # base 2: s * log2(e)
+        vg = _with_ones(_flat(v, group))  # appended column: P @ [v, 1] = [P v, l]
         out_g, lse_g = _flat(out, group), _flat(lse, group)
         for q0 in range(0, tq, bq):
             rows = slice(q0, min(q0 + bq, tq))
-            row_max = q.new_full((group.size, rows.stop - q0, 1), float("-inf"))
-            acc = None  # (n, bq, Dv + 1): sum_j exp(s_ij - row_max_i) [v_j, 1]
+            row_max = q.new_full((group.size, rows.stop - q0, 1), float("-inf"))  # m_i
+            acc = None  # (n, bq, Dv + 1): acc_i = sum_j 2^(s_ij - m_i) [v_j, 1]
             for cols, causal_blocked in _key_blocks(rows, tk, bk, causal, tk - tq, q.device):
                 scores = _tile(buffer, group, rows, cols)
                 torch.bmm(qs[:, rows], kg[:, cols].transpose(1, 2), out=scores)
                 mask.apply(scores, group, rows, cols, causal_blocked)
-                new_max = torch.maximum(row_max, scores.amax(-1, keepdim=True))
+                new_max = torch.maximum(row_max, scores.amax(-1, keepdim=True))  # m_i'
                 # A row with no key allowed yet has max -inf: shift by 0 so exp gives 0, not NaN.
                 shift = new_max.masked_fill(new_max == float("-inf"), 0.0)
-                probs = scores.sub_(shift).exp2_()  # (n, bq, bk), unnormalised
+                probs = scores.sub_(shift).exp2_()  # 2^(s_ij - m_i'), in place in the buffer
                 if acc is not None:
-                    acc.mul_(torch.exp2(row_max - shift))  # rescale earlier blocks' sums
-                acc = _accumulate(acc, probs, vg[:, cols])
+                    acc.mul_(torch.exp2(row_max - shift))  # acc_i * 2^(m_i - m_i')
+                acc = _accumulate(acc, probs, vg[:, cols])  # + sum_j 2^(s_ij - m_i') [v_j, 1]
                 row_max = new_max
-            if acc is None:  # causal with Tq > Tk: these rows see no key block at all
-                acc = q.new_zeros(group.size, rows.stop - q0, v.shape[-1] + 1)
-            # A row with no key: sum 0 -> output 0 and lse = -inf.
+            # out_i = acc_i[:Dv] / l_i;  a row with no key: l_i = 0 -> output 0, lse = -inf
             row_sum = acc[..., -1:]
             torch.div(
                 acc[..., :-1], row_sum.clamp(min=torch.finfo(q.dtype).tiny), out=out_g[:, rows]
             )
-            lse_rows = torch.xlogy(1.0, row_sum)  # log(0) = -inf; xlogy, unlike log, runs inline
-            torch.add(lse_rows, row_max, alpha=LN2, out=lse_g[:, rows])
+            lse_rows = torch.xlogy(1.0, row_sum)  # ln l_i; xlogy, unlike log, runs inline
+            torch.add(lse_rows, row_max, alpha=LN2, out=lse_g[:, rows])  # + ln(2) m_i
     return out, lse.squeeze(-1)
 
 
@@ -215,23 +220,22 @@ def _backward(
     grad_buffer = torch.empty_like(probs_buffer)
     for group in groups:
         qs, kg, dog = _flat(q, group) * scale, _flat(k, group), _flat(grad_out, group)
-        # Augmented so one matmul gives (s - lse) log2(e) = [q, -lse] log2(e) . [k, 1], and
-        # dP - delta = [dO, -delta] . [v, 1]: two elementwise passes per tile saved.
+        # appended columns: one matmul gives (s - lse) log2(e) = [q, -lse] log2(e) . [k, 1]
+        # (base 2), another dP - delta = [dO, -delta] . [v, 1]: two passes per tile saved.
         qs_lse = torch.cat([qs, -_flat(lse, group)], -1).mul_(LOG2E)
         k_ones = _with_ones(kg)
         do_delta, v_ones = torch.cat([dog, -_flat(delta, group)], -1), _with_ones(_flat(v, group))
         # Per key block, each contiguous (in-place matmuls into strided slices are slow).
-        dk_blocks: list[Tensor | None] = [None] * -(-tk // bk)
-        dv_blocks: list[Tensor | None] = [None] * -(-tk // bk)
+        dk_blocks, dv_blocks = [None] * -(-tk // bk), [None] * -(-tk // bk)
         for q0 in range(0, tq, bq):
             rows = slice(q0, min(q0 + bq, tq))
-            dq = None
+            dq = None  # every block of rows sees at least the first key block
             for cols, causal_blocked in _key_blocks(rows, tk, bk, causal, tk - tq, q.device):
                 j = cols.start // bk
                 probs = _tile(probs_buffer, group, rows, cols)
                 torch.bmm(qs_lse[:, rows], k_ones[:, cols].transpose(1, 2), out=probs)
                 mask.apply(probs, group, rows, cols, causal_blocked)
-                probs.exp2_()  # P = exp(s - lse)
+                probs.exp2_()  # P = exp(s - lse), in place in the reused buffer
                 dv_blocks[j] = _accumulate(dv_blocks[j], probs.transpose(1, 2), dog[:, rows])
                 grad_scores = _tile(grad_buffer, group, rows, cols)
                 torch.bmm(do_delta[:, rows], v_ones[:, cols].transpose(1, 2), out=grad_scores)
@@ -240,18 +244,10 @@ def _backward(
                 dk_blocks[j] = _accumulate(dk_blocks[j], grad_scores.transpose(1, 2), qs[:, rows])
                 if grad_bias is not None:
                     _add_bias_grad(grad_bias, grad_scores, group, rows, cols)
-            dq_g = _flat(grad_q, group)[:, rows]
-            if dq is None:
-                dq_g.zero_()
-            else:
-                torch.mul(dq, scale, out=dq_g)
-        for grad, blocks in ((grad_k, dk_blocks), (grad_v, dv_blocks)):
-            width = grad.shape[-1]
-            parts = [
-                q.new_zeros(group.size, min(bk, tk - j * bk), width) if b is None else b
-                for j, b in enumerate(blocks)
-            ]
-            torch.cat(parts, dim=1, out=_flat(grad, group))
+            torch.mul(dq, scale, out=_flat(grad_q, group)[:, rows])
+        # every key block was seen: at least by the last rows, which see every key
+        torch.cat(dk_blocks, dim=1, out=_flat(grad_k, group))
+        torch.cat(dv_blocks, dim=1, out=_flat(grad_v, group))
     return grad_q, grad_k, grad_v, grad_bias
 
 
@@ -274,9 +270,8 @@ class ChunkedAttentionFunction(torch.autograd.Function):
     Shapes: query (B, H, Tq, Dh), key (B, H, Tk, Dh), value (B, H, Tk, Dv), all one float
     dtype (float32 or float64; callers promote half precisions); mask None, bool (True =
     may attend) or a float bias in that dtype, broadcastable to (B, H, Tq, Tk) -> output
-    (B, H, Tq, Dv), lse (B, H, Tq) (-inf for a row with no key allowed).  Saves only the
-    inputs, the output and lse; the backward recomputes tile by tile.
-    """
+    (B, H, Tq, Dv), lse (B, H, Tq) (-inf for a row with no key allowed).  Causal needs
+    Tk >= Tq (:func:`~qkv.functional.checks.check_causal`)."""
 
     @staticmethod
     def forward(ctx, query, key, value, mask, causal, scale, block_size):
@@ -297,10 +292,9 @@ class ChunkedAttentionFunction(torch.autograd.Function):
             bias_grad_shape = (1,) * (4 - mask.dim()) + tuple(mask.shape)
         grad_output = grad_output.contiguous()
         options = ctx.options._replace(mask=_Mask.of(mask, (*query.shape[:3], key.shape[2])))
-        grads = _backward(
+        grad_q, grad_k, grad_v, grad_bias = _backward(
             query, key, value, output, lse, grad_output, grad_lse, options, bias_grad_shape
         )
-        grad_q, grad_k, grad_v, grad_bias = grads
         if grad_bias is not None:
             grad_bias = grad_bias.view(mask.shape)
         return grad_q, grad_k, grad_v, grad_bias, None, None, None

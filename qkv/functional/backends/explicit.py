@@ -1,17 +1,19 @@
 """Attention that returns its weights, for what asking for them costs: writing them once.
 
-A layer asked for its weights (``need_weights=True``) must build the (B, H, Tq, Tk) matrix
-anyway.  Here that one matrix does all the work: it is filled with the softmax weights,
-the output is ``weights @ v``, and the backward reads it back instead of recomputing it.
-Large matrices are filled a block at a time (whole heads, or rows of one head) -- scores,
-mask, softmax and the block's share of the output while the block is in cache -- and the
-backward walks the same blocks with block-sized buffers, so besides the returned weights
-no other Tq x Tk tensor is ever allocated -- not even the zero "gradient" autograd would
-otherwise build for the weights output.  (PyTorch's math path allocates four, and on a
-CPU the first touch of each fresh page is a large part of the cost.)  Masks are added as
-a 0/-inf bias, made once at the mask's own shape (so a mask given at the full
-(B, H, Tq, Tk) shape costs one such float tensor more).  Under a causal mask a block of
-rows skips the keys past its diagonal, forward and backward.
+    weights = softmax(Q Kᵀ · scale + bias)      # (B, H, Tq, Tk), written once
+    output  = weights V                          # (B, H, Tq, Dv)
+
+A layer asked for its weights (``need_weights=True``) must build the weight matrix anyway.
+Here that one matrix does all the work: it is returned, multiplied into the output, and read
+back by the backward instead of being recomputed.  Large matrices are computed a block at a
+time -- scores, mask, softmax and the block's share of the output while the block is in
+cache -- following a :class:`BlockPlan`, a small printable value that says which rows and
+keys each block covers and how its backward writes the key/value gradients.  Besides the
+returned weights no other Tq x Tk tensor is allocated, not even the zero "gradient"
+autograd would otherwise build for the weights output.  (PyTorch's math path allocates
+four, and on a CPU the first touch of each fresh page is a large part of the cost.)  Masks
+are added as a 0/-inf bias, made once at the mask's own shape.  Under a causal mask a block
+of rows skips the keys past its diagonal, forward and backward.
 
 The returned weights carry no gradient (they are marked non-differentiable); gradients
 flow to q, k and v through the output.  Modifying the returned weights in place before
@@ -21,7 +23,8 @@ flow to q, k and v through the output.  Modifying the returned weights in place 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -30,8 +33,10 @@ from torch.autograd.function import once_differentiable
 __all__ = [
     "explicit_attention",
     "supports_explicit",
-    "weight_blocks",
-    "fill_weights",
+    "Block",
+    "BlockPlan",
+    "plan_blocks",
+    "softmax_block",
     "additive_mask",
     "causal_band",
     "mask_and_normalise",
@@ -48,6 +53,99 @@ CAUSAL_ROW_SPLITS = 4
 #: ... from this many query rows (blocks of 64 rows or more; smaller ones cost more in the
 #: Python loop than the skipped keys save: measured 1.4x slower at B=32, T=128).
 CAUSAL_SPLIT_FROM = 256
+
+
+class Block(NamedTuple):
+    """One piece of the (B, H, Tq, Tk) weights: ``weights[batch, heads, rows, :keys]``.
+
+    ``keys``: the leading keys these rows can see (all Tk, or fewer under a causal mask: the
+    rest are past the diagonal and get weight 0).  ``writes_kv_grad``: in the backward this
+    block *writes* the key/value gradients of its heads (it sees every key and runs first
+    for them); the other blocks of the same heads *add* to them."""
+
+    batch: int | slice
+    heads: int | slice
+    rows: slice
+    keys: int
+    writes_kv_grad: bool
+
+    @property
+    def index(self) -> tuple:
+        """Index of the block's query rows in a (B, H, Tq, ...) tensor."""
+        return self.batch, self.heads, self.rows
+
+    @property
+    def head_index(self) -> tuple:
+        """Index of the block's heads in a (B, H, ...) tensor."""
+        return self.batch, self.heads
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """How a (B, H, Tq, Tk) weight matrix is cut into blocks, forward and backward.
+
+    ``blocks`` run in this order forward; the backward walks them in reverse
+    (:attr:`backward_order`), so each group of heads meets its writer -- its last rows,
+    which see every key -- before the blocks that add to the same key/value gradients.
+    ``band``: rows in the largest block (the size of the causal band), 0 without causal."""
+
+    shape: tuple[int, int, int, int]
+    causal: bool
+    blocks: tuple[Block, ...]
+    band: int
+
+    @property
+    def backward_order(self) -> tuple[Block, ...]:
+        return self.blocks[::-1]
+
+    def __str__(self) -> str:
+        lines = [f"BlockPlan{self.shape} causal={self.causal}: {len(self.blocks)} blocks"]
+        for block in self.blocks:
+            kv = "writes" if block.writes_kv_grad else "adds to"
+            lines.append(
+                f"  b={_span(block.batch)} h={_span(block.heads)} rows={_span(block.rows)} "
+                f"keys=:{block.keys}  {kv} dK, dV"
+            )
+        return "\n".join(lines)
+
+
+def _span(index: int | slice) -> str:
+    if isinstance(index, int):
+        return str(index)
+    start, stop = index.start, index.stop
+    return f"{'' if start is None else start}:{'' if stop is None else stop}"
+
+
+def plan_blocks(shape: tuple[int, int, int, int], element_size: int, causal: bool) -> BlockPlan:
+    """Cut a (B, H, Tq, Tk) weight matrix into blocks.
+
+    A small matrix is one block (batched over B and H).  A large one is cut into blocks of
+    at most ``BLOCK_ELEMENTS`` scores: several whole heads of one batch row (contiguous, so
+    matmuls write into them directly), or, when one head is larger than that, blocks of
+    query rows of one head.  Under a causal mask (from ``CAUSAL_SPLIT_FROM`` query rows)
+    every piece is also cut into at least ``CAUSAL_ROW_SPLITS`` blocks of rows, so that
+    each can skip the keys past its diagonal."""
+    batch, heads, length, keys = shape
+    splits = CAUSAL_ROW_SPLITS if causal and length >= CAUSAL_SPLIT_FROM else 1
+    per_head = length * keys
+    if math.prod(shape) * element_size < BLOCKED_FROM_BYTES:
+        pieces = [(slice(None), slice(None))]
+    elif per_head <= BLOCK_ELEMENTS:
+        group = BLOCK_ELEMENTS // per_head
+        pieces = [(b, slice(h, h + group)) for b in range(batch) for h in range(0, heads, group)]
+    else:
+        pieces = [(b, h) for b in range(batch) for h in range(heads)]
+        splits = max(splits, math.ceil(per_head / BLOCK_ELEMENTS))
+    rows = math.ceil(length / splits)
+    starts = range(0, length, rows)
+    blocks = []
+    for b, h in pieces:
+        for start in starts:
+            stop = min(start + rows, length)
+            # end-aligned causal: query row i sees keys 0 .. i + (Tk - Tq)
+            seen = min(keys, stop + keys - length) if causal else keys
+            blocks.append(Block(b, h, slice(start, stop), seen, stop == length))
+    return BlockPlan(shape, causal, tuple(blocks), min(rows, length) if causal else 0)
 
 
 def supports_explicit(query: Tensor, mask: Tensor | None, dropout: float) -> str | None:
@@ -75,20 +173,23 @@ def explicit_attention(
     bias = additive_mask(mask, query.dtype)
     if bias is not None:
         bias = bias.expand(shape)  # a view: slicing it per block copies nothing
-    return _ExplicitAttention.apply(query, key, value, bias, bool(causal), scale)
+    plan = plan_blocks(shape, query.element_size(), bool(causal))
+    return _ExplicitAttention.apply(query, key, value, bias, plan, scale)
 
 
 class _ExplicitAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, query, key, value, bias, causal, scale):
-        batch, heads, length, keys = (*query.shape[:-1], key.shape[-2])
-        weights = query.new_empty(batch, heads, length, keys)
-        output = query.new_empty(batch, heads, length, value.shape[-1])
+    def forward(ctx, query, key, value, bias, plan: BlockPlan, scale):
+        weights = query.new_empty(plan.shape)
+        output = query.new_empty(*plan.shape[:-1], value.shape[-1])
         queries, keys_t = query * scale, key.transpose(-2, -1)
-        for bh, rows, seen, probs in fill_weights(weights, queries, keys_t, bias, causal):
-            torch.matmul(probs, value[bh][..., :seen, :], out=output[bh + (rows,)])
+        band = causal_band(plan.band, weights.dtype, weights.device) if plan.causal else None
+        for block in plan.blocks:
+            probs = softmax_block(weights, queries, keys_t, bias, band, block)  # P = softmax(S)
+            seen_values = value[block.head_index][..., : block.keys, :]
+            torch.matmul(probs, seen_values, out=output[block.index])  # O = P V
         ctx.save_for_backward(query, key, value, weights, output)
-        ctx.scale, ctx.causal = scale, causal
+        ctx.scale, ctx.plan = scale, plan
         ctx.mark_non_differentiable(weights)
         ctx.set_materialize_grads(False)  # no (B, H, Tq, Tk) zeros for the weights' "gradient"
         return output, weights
@@ -99,58 +200,53 @@ class _ExplicitAttention(torch.autograd.Function):
         query, key, value, weights, output = ctx.saved_tensors
         if grad_output is None:  # no gradient reached the output (weights are not materialised)
             return None, None, None, None, None, None
-        length, keys = weights.shape[-2:]
         grad_query = torch.empty_like(query)
         grad_key = torch.empty_like(key)
         grad_value = torch.empty_like(value)
-        # dS = P * (dP - rowsum(dO * O)), with dP = dO v^T
+        # dV = Pᵀ dO;  dS = P * (dO Vᵀ - rowsum(dO * O));  dQ = dS K;  dK = dSᵀ Q
         delta = (grad_output * output).sum(dim=-1, keepdim=True)  # (B, H, Tq, 1)
-        # Walking the blocks backwards, a head's last rows come first: they see every key, so
-        # they write the key/value gradients, which the earlier rows then add to.
-        for bh, rows in reversed(list(weight_blocks(weights, ctx.causal))):
-            seen = _visible_keys(rows, ctx.causal, length, keys)
-            probs = weights[bh + (rows,)][..., :seen]
-            grad_out, q_rows = grad_output[bh + (rows,)], query[bh + (rows,)]
-            grad_scores = grad_out @ value[bh][..., :seen, :].transpose(-2, -1)
-            grad_scores.sub_(delta[bh + (rows,)]).mul_(probs)
-            torch.matmul(grad_scores, key[bh][..., :seen, :], out=grad_query[bh + (rows,)])
-            if rows.stop is None or rows.stop >= length:
-                torch.matmul(probs.transpose(-2, -1), grad_out, out=grad_value[bh])
-                torch.matmul(grad_scores.transpose(-2, -1), q_rows, out=grad_key[bh])
+        for block in ctx.plan.backward_order:
+            rows, heads, seen = block.index, block.head_index, block.keys
+            probs = weights[rows][..., :seen]
+            grad_out, q_rows = grad_output[rows], query[rows]
+            grad_scores = grad_out @ value[heads][..., :seen, :].transpose(-2, -1)
+            grad_scores.sub_(delta[rows]).mul_(probs)
+            torch.matmul(grad_scores, key[heads][..., :seen, :], out=grad_query[rows])
+            if block.writes_kv_grad:  # sees every key: writes the whole of dK, dV for its heads
+                torch.matmul(probs.transpose(-2, -1), grad_out, out=grad_value[heads])
+                torch.matmul(grad_scores.transpose(-2, -1), q_rows, out=grad_key[heads])
             else:
-                _add_product(grad_value[bh][..., :seen, :], probs.transpose(-2, -1), grad_out)
-                _add_product(grad_key[bh][..., :seen, :], grad_scores.transpose(-2, -1), q_rows)
+                _add_product(grad_value[heads][..., :seen, :], probs.transpose(-2, -1), grad_out)
+                _add_product(grad_key[heads][..., :seen, :], grad_scores.transpose(-2, -1), q_rows)
         grad_query.mul_(ctx.scale)
         grad_key.mul_(ctx.scale)
         return grad_query, grad_key, grad_value, None, None, None
 
 
-def fill_weights(
-    weights: Tensor, queries: Tensor, keys_t: Tensor, bias: Tensor | None, causal: bool
-) -> Iterator[tuple[tuple, slice, int, Tensor]]:
-    """Fill ``weights`` (B, H, Tq, Tk) with softmax(queries @ keys_t + bias, causal) a
-    block at a time (:func:`weight_blocks`); after each block yield ``(bh, rows, seen,
-    probs)``: the block's weights over the ``seen`` keys it can see, while in cache.  A
-    causal block of rows computes only those keys and zeroes the rest.  ``queries`` carry
-    the scale; ``bias`` is expanded to (B, H, Tq, Tk) or None."""
-    length, keys = weights.shape[-2:]
-    blocks = list(weight_blocks(weights, causal))
-    band = None
-    if causal:  # as large as the largest block of rows (the first): not Tq x Tq
-        first = blocks[0][1]
-        band = causal_band(len(range(length)[first]), weights.dtype, weights.device)
-    for bh, rows in blocks:
-        block = weights[bh + (rows,)]
-        seen = _visible_keys(rows, causal, length, keys)
-        if seen < keys:  # keys past the diagonal get weight 0
-            block[..., seen:].zero_()
-            probs = torch.matmul(queries[bh + (rows,)], keys_t[bh][..., :seen])
-        else:
-            probs = torch.matmul(queries[bh + (rows,)], keys_t[bh], out=block)
-        mask_and_normalise(probs, None if bias is None else bias[bh + (rows,)][..., :seen], band)
-        if seen < keys:
-            block[..., :seen] = probs
-        yield bh, rows, seen, probs
+def softmax_block(
+    weights: Tensor,
+    queries: Tensor,
+    keys_t: Tensor,
+    bias: Tensor | None,
+    band: Tensor | None,
+    block: Block,
+) -> Tensor:
+    """Fill one block of ``weights`` (B, H, Tq, Tk) with softmax(queries @ keys_t + bias)
+    over the keys it sees (zeros past them); return those weights, (..., rows, seen).
+
+    ``queries`` carry the scale; ``bias`` is expanded to (B, H, Tq, Tk) or None; ``band`` is
+    the causal band (:func:`causal_band`) or None."""
+    target, seen = weights[block.index], block.keys
+    heads_keys_t = keys_t[block.head_index]
+    if seen < weights.shape[-1]:  # causal: keys past the diagonal get weight 0
+        target[..., seen:].zero_()
+        probs = torch.matmul(queries[block.index], heads_keys_t[..., :seen])
+    else:
+        probs = torch.matmul(queries[block.index], heads_keys_t, out=target)
+    mask_and_normalise(probs, None if bias is None else bias[block.index][..., :seen], band)
+    if seen < weights.shape[-1]:
+        target[..., :seen] = probs
+    return probs
 
 
 def _add_product(target: Tensor, a: Tensor, b: Tensor) -> None:
@@ -161,44 +257,6 @@ def _add_product(target: Tensor, a: Tensor, b: Tensor) -> None:
         target.baddbmm_(a, b)
     else:
         target += a @ b
-
-
-def _visible_keys(rows: slice, causal: bool, length: int, keys: int) -> int:
-    """How many leading keys a block of query rows can see: all of them, unless the block is
-    a bounded range of rows under an (end-aligned) causal mask."""
-    if not causal or rows.stop is None:
-        return keys
-    return min(keys, rows.stop + keys - length)
-
-
-def weight_blocks(weights: Tensor, causal: bool = False) -> Iterator[tuple[tuple, slice]]:
-    """Index pieces ``(bh, rows)`` of a (B, H, Tq, Tk) matrix, ``weights[bh + (rows,)]``.
-
-    A small matrix is one piece (batched over B and H).  A large one is cut into pieces of
-    at most ``BLOCK_ELEMENTS`` scores: several whole heads of one batch row, ``(b, h0:h1)``
-    (contiguous, so matmuls write into them directly), or, when one head is larger than
-    that, blocks of query rows of one head, ``(b, h)``.  Few pieces keep the Python loop
-    cheap; each piece stays in cache between its passes.  Under a causal mask (from
-    ``CAUSAL_SPLIT_FROM`` query rows) every piece is also cut into at least
-    ``CAUSAL_ROW_SPLITS`` blocks of rows, so that each can skip the keys past its diagonal."""
-    batch, heads, length, keys = weights.shape
-    splits = CAUSAL_ROW_SPLITS if causal and length >= CAUSAL_SPLIT_FROM else 1
-    per_head = length * keys
-    if weights.numel() * weights.element_size() < BLOCKED_FROM_BYTES:
-        pieces = [(slice(None), slice(None))]
-    elif per_head <= BLOCK_ELEMENTS:
-        group = BLOCK_ELEMENTS // per_head
-        pieces = [(b, slice(h, h + group)) for b in range(batch) for h in range(0, heads, group)]
-    else:
-        pieces = [(b, h) for b in range(batch) for h in range(heads)]
-        splits = max(splits, math.ceil(per_head / BLOCK_ELEMENTS))
-    if splits == 1:
-        yield from ((bh, slice(None)) for bh in pieces)
-        return
-    rows = math.ceil(length / splits)
-    for bh in pieces:
-        for start in range(0, length, rows):
-            yield bh, slice(start, start + rows)
 
 
 def additive_mask(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:

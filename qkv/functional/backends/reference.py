@@ -6,10 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..checks import check_causal
 from ..masks import causal_mask
 from ..softmax import masked_softmax
 from . import AttentionCall, AttentionOutput, register_backend
-from .explicit import additive_mask, causal_band, fill_weights, mask_and_normalise
+from .explicit import additive_mask, causal_band, mask_and_normalise, plan_blocks, softmax_block
 
 __all__ = ["ReferenceBackend", "attention_weights"]
 
@@ -21,6 +22,7 @@ def attention_weights(
 
     Shapes: (B, H, Tq, Dh), (B, H, Tk, Dh) -> (B, H, Tq, Tk).
     """
+    check_causal(causal, query.shape[-2], key.shape[-2])
     if not _wants_grad(query, key, mask):
         return _weights_for_inspection(query, key, mask, causal, scale)
     scores = (query @ key.transpose(-2, -1)) * scale  # (B, H, Tq, Tk)
@@ -44,9 +46,9 @@ def _weights_for_inspection(
 ) -> Tensor:
     """The same weights without autograd, at the cost of writing them once: the scale goes
     on the queries (Tq x Dh, not Tq x Tk), the mask is added as a bias, and a large matrix
-    is filled a block at a time (:func:`fill_weights`) -- scores, mask and softmax in place
-    while the block is in cache (a plain version makes four passes over memory: scores,
-    masked copy, softmax, NaN fix).  This is what a layer's ``need_weights`` costs when it
+    is filled a block at a time (:func:`softmax_block` over a :class:`BlockPlan`) -- scores,
+    mask and softmax in place while the block is in cache (a plain version makes four passes
+    over memory: scores, masked copy, softmax, NaN fix).  This is what a layer's ``need_weights`` costs when it
     needs no gradient."""
     shape = (*query.shape[:-1], key.shape[-2])
     weights = torch.empty(shape, dtype=torch.result_type(query, key), device=query.device)
@@ -59,8 +61,10 @@ def _weights_for_inspection(
         return weights
     if bias is not None:
         bias = bias.expand(shape)  # a view: slicing it per block copies nothing
-    for _ in fill_weights(weights, queries, keys_t, bias, causal):
-        pass
+    plan = plan_blocks(shape, weights.element_size(), causal)
+    band = causal_band(plan.band, weights.dtype, query.device) if causal else None
+    for block in plan.blocks:
+        softmax_block(weights, queries, keys_t, bias, band, block)
     return weights
 
 

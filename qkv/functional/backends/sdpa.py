@@ -10,17 +10,17 @@ import torch.nn.functional as F
 from ..masks import causal_mask
 from . import AttentionCall, AttentionOutput, register_backend
 
-__all__ = ["SDPABackend"]
+__all__ = ["SDPABackend", "zeroes_fully_masked_rows"]
 
 
 @functools.cache
-def _zeroes_fully_masked_rows() -> bool:
-    """Recent PyTorch returns 0 for a query whose keys are all masked; older releases
-    return NaN.  Probe once, so the fix-up below runs only where it is needed."""
-    q = torch.ones(1, 1, 1, 2)
-    out = F.scaled_dot_product_attention(
-        q, q, q, attn_mask=torch.zeros(1, 1, 1, 1, dtype=torch.bool)
-    )
+def zeroes_fully_masked_rows(device_type: str) -> bool:
+    """Whether PyTorch's fused kernel on this kind of device returns 0 for a query whose keys
+    are all masked (recent CPU kernels) rather than NaN (older releases; CUDA kernels have
+    differed).  Probed once per device type, so the fix-up below runs only where needed."""
+    q = torch.ones(1, 1, 1, 2, device=device_type)
+    mask = torch.zeros(1, 1, 1, 1, dtype=torch.bool, device=device_type)
+    out = F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
     return bool(torch.all(out == 0))
 
 
@@ -60,7 +60,7 @@ class SDPABackend:
             else:
                 mask = mask.masked_fill(~below, float("-inf"))
         attended = None
-        if mask is not None and not _zeroes_fully_masked_rows():
+        if mask is not None and not zeroes_fully_masked_rows(query.device.type):
             # Older PyTorch gives NaN (and NaN gradients) for fully masked rows: open such
             # rows to every key, then zero their output, so values and gradients stay finite.
             if mask.dtype == torch.bool:
