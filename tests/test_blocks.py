@@ -200,3 +200,26 @@ def test_attention_positions_make_the_encoder_block_see_order(inside):
     torch.testing.assert_close(plain(x[:, order]).hidden, plain(x).hidden[:, order])
     assert (placed(x[:, order]).hidden - placed(x).hidden[:, order]).abs().max() > 1e-3
     assert placed.self_attention.positions is inside
+
+
+def test_parameter_names_and_order_are_those_checkpoints_were_saved_with():
+    """Weights load by name, optimizer state by parameter order: both are part of the format."""
+
+    def sublayer(name, *parts):
+        return [f"{name}.{part}.{kind}" for part in parts for kind in ("weight", "bias")]
+
+    attention = ("q_proj", "k_proj", "v_proj", "out_proj")
+    norm = ["{}_norm.weight", "{}_norm.bias"]
+    feed_forward = sublayer("feed_forward", "expand", "contract") + [
+        n.format("feed_forward") for n in norm
+    ]
+    self_attention = sublayer("self_attention", *attention) + [
+        n.format("self_attention") for n in norm
+    ]
+    cross_attention = sublayer("cross_attention", *attention) + [
+        n.format("cross_attention") for n in norm
+    ]
+    encoder = [name for name, _ in EncoderBlock(D, H, FF).named_parameters()]
+    decoder = [name for name, _ in DecoderBlock(D, H, FF).named_parameters()]
+    assert encoder == self_attention + feed_forward
+    assert decoder == self_attention + cross_attention + feed_forward

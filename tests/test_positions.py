@@ -494,3 +494,58 @@ class ScaledSinusoidal(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
         return x + 0.5 * sinusoidal_encoding(x.shape[1], self.d_model, offset=offset)
+
+
+def test_rope_cached_tables_equal_computed_ones_past_the_cache_too():
+    torch.manual_seed(0)
+    short, none = RotaryEmbedding(8, max_len=4), RotaryEmbedding(8, max_len=None)
+    assert short.state_dict() == {} and short.cos_table.shape == (4, 8)
+    x = torch.randn(2, 3, 10, 8)
+    torch.testing.assert_close(short.rotate(x, start=0), none.rotate(x, start=0))
+    torch.testing.assert_close(
+        short.rotate(x[:, :, 3:], start=3), none.rotate(x, start=0)[:, :, 3:]
+    )
+    half = x.to(torch.bfloat16)
+    assert short.rotate(half, start=2).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="max_len=-1"):
+        RotaryEmbedding(8, max_len=-1)
+
+
+def _hand_attention(x, layer, *, causal, bias=None, rotate=None):
+    """softmax(Q K^T / sqrt(Dh) + bias) V per head, written out, with the layer's weights."""
+    heads, width = layer.num_heads, layer.head_dim
+    batch, length, _ = x.shape
+
+    def project(linear):
+        return linear(x).view(batch, length, heads, width).transpose(1, 2)  # (B, H, T, Dh)
+
+    q, k, v = project(layer.q_proj), project(layer.k_proj), project(layer.v_proj)
+    if rotate is not None:
+        q, k = rotate(q), rotate(k)
+    scores = q @ k.transpose(-2, -1) / width**0.5  # (B, H, T, T)
+    if bias is not None:
+        scores = scores + bias
+    if causal:
+        scores = scores.masked_fill(torch.ones(length, length).triu(1).bool(), float("-inf"))
+    out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(batch, length, heads * width)
+    return layer.out_proj(out)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_rope_and_alibi_inside_multi_head_attention_equal_the_written_equation(causal):
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    distance = (torch.arange(6)[:, None] - torch.arange(6)[None, :]).abs().double()
+    slopes = torch.tensor([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8], dtype=torch.float64)
+
+    alibi_layer = qkv.MultiHeadAttention(16, 4, positions=ALiBi(4)).double()
+    expected = _hand_attention(
+        x, alibi_layer, causal=causal, bias=-slopes[:, None, None] * distance
+    )
+    torch.testing.assert_close(alibi_layer(x, causal=causal)[0], expected)
+
+    rope_layer = qkv.MultiHeadAttention(16, 4, positions=RotaryEmbedding(4)).double()
+    expected = _hand_attention(
+        x, rope_layer, causal=causal, rotate=lambda t: _rotate_by_hand(t, list(range(6)))
+    )
+    torch.testing.assert_close(rope_layer(x, causal=causal)[0], expected)

@@ -4,12 +4,17 @@ attention shapes, state reordering, config validation, and a tiny model that lea
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from qkv.decoding import greedy_search
 from qkv.layers.blocks import DecoderBlock, EncoderBlock
+from qkv.layers.positions import NoInputPositions
+from qkv.layers.relative_positions import ALiBi, RotaryEmbedding
 from qkv.models.base import Decodable, select_state
 from qkv.models.registry import build_model, config_to_dict, model_type_of
 from qkv.models.transformer import Transformer, TransformerState
@@ -19,6 +24,7 @@ from qkv.models.transformer_stack import (
     TransformerEncoder,
     load_torch_transformer,
 )
+from qkv.training.checkpoint import load_checkpoint
 
 VOCAB = 23
 POSITIONS = ["sinusoidal", "learned", "learned_concat", "rope", "alibi"]
@@ -229,6 +235,7 @@ def test_registered_and_rebuilt_from_its_config():
         ({"share_embeddings": True, "target_vocab_size": 30}, "share_embeddings=True"),
         ({"activation": "tanh"}, "activation='tanh'"),
         ({"positions": "rotary"}, "positions='rotary'"),
+        ({"positions": "rope", "d_model": 12}, "head_dim=3 must be a positive even integer"),
         ({"dropout": 1.5}, "dropout=1.5"),
         ({"num_decoder_layers": 0}, "num_decoder_layers=0"),
         ({"pad_id": 40}, "pad_id=40"),
@@ -262,3 +269,88 @@ def test_tiny_model_learns_to_reverse():
         loss.backward()
         optimizer.step()
     assert loss.item() < 0.3
+
+
+OLD_CHECKPOINT = Path(__file__).parent / "data" / "transformer_learned_concat_64dce43"
+
+
+def test_a_checkpoint_saved_before_positions_became_components_still_loads():
+    """Written by the code of commit 64dce43 (``make.py`` beside it), when learned positions
+    were one class with a ``mode``: the same weights load by name and give the same logits."""
+    checkpoint = load_checkpoint(OLD_CHECKPOINT, load_tokenizers=False)
+    assert checkpoint.config.positions == "learned_concat"
+    saved = checkpoint.metadata
+    with torch.no_grad():
+        logits = checkpoint.model(torch.tensor(saved["source"]), torch.tensor(saved["target"]))
+    torch.testing.assert_close(logits.logits, torch.tensor(saved["logits"]))
+
+
+def test_position_kinds_keep_their_checkpoint_layout():
+    keys = {kind: list(_model(positions=kind).state_dict()) for kind in POSITIONS}
+    learned = ["source_positions.embedding.weight", "target_positions.embedding.weight"]
+    assert [key for key in keys["learned"] if "positions" in key] == learned
+    concat = [key for key in keys["learned_concat"] if "positions" in key]
+    assert concat == [
+        f"{side}_positions.{name}"
+        for side in ("source", "target")
+        for name in ("embedding.weight", "projection.weight", "projection.bias")
+    ]
+    # sinusoidal, RoPE and ALiBi carry no state: the same keys, the blocks' only
+    assert keys["rope"] == keys["alibi"] == keys["sinusoidal"]
+    assert not [key for key in keys["sinusoidal"] if "positions" in key]
+
+
+@pytest.mark.parametrize("kind", ["rope", "alibi"])
+def test_attention_positions_act_in_self_attention_only(kind):
+    model = _model(positions=kind)
+    shared = model.encoder.layers[0].self_attention.positions
+    assert type(shared) is {"rope": RotaryEmbedding, "alibi": ALiBi}[kind]
+    for stack in (model.encoder, model.decoder):
+        assert all(block.self_attention.positions is shared for block in stack.layers)
+    assert all(block.cross_attention.positions is None for block in model.decoder.layers)
+    assert isinstance(model.source_positions, NoInputPositions)
+
+
+def test_decoder_weights_flag_none_last_or_all():
+    model = _model(num_decoder_layers=3)
+    source, target = _source(), _target(4)
+    encoded = model.encode(source)
+    x = model.target_embedding(target)
+
+    def run(flag):
+        return model.decoder(x, encoded.memory, memory_mask=encoded.source_mask, need_weights=flag)
+
+    plain, last, every = run(False), run("last"), run(True)
+    assert plain.alignment is None and plain.self_attention is None
+    assert last.self_attention is None and last.cross_attention is None
+    assert len(every.self_attention) == len(every.cross_attention) == 3
+    torch.testing.assert_close(last.alignment, every.cross_attention[-1])
+    torch.testing.assert_close(every.alignment, every.cross_attention[-1])
+    for out in (last, every):
+        torch.testing.assert_close(out.hidden, plain.hidden)
+    with pytest.raises(ValueError, match="need_weights='first'"):
+        run("first")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_cached_greedy_decoding_equals_uncached(positions):
+    """greedy_search through the KV-cached step protocol gives the tokens and scores of a
+    greedy loop that reruns the whole prefix through the full forward at every step."""
+    model = _model(seed=3, positions=positions, norm_first=True, tie_output=False)
+    with torch.no_grad():  # untrained tied logits favour repeating the input token
+        model.output.weight.normal_(0.0, 1.0)
+    source, bos, eos, steps = _source(), 1, 16, 10  # 16: some rows end early, some do not
+    cached = greedy_search(model, source, max_len=steps, bos_id=bos, eos_id=eos)
+    prefix = torch.full((source.shape[0], 1), bos, device=DEVICE)
+    total = torch.zeros(source.shape[0], device=DEVICE)
+    with torch.no_grad():
+        for _ in range(steps):
+            log_probs = F.log_softmax(model(source, prefix).logits[:, -1].float(), dim=-1)
+            best, token = log_probs.max(dim=-1)
+            total += torch.where((prefix == eos).any(dim=1), 0.0, best)
+            prefix = torch.cat([prefix, token[:, None]], dim=1)
+    for row, generated in enumerate(prefix[:, 1:].tolist()):
+        expected = generated[: generated.index(eos)] if eos in generated else generated
+        assert cached.tokens[row] == expected
+    assert cached.scores == pytest.approx(total.tolist(), abs=1e-4)

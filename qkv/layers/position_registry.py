@@ -116,10 +116,10 @@ def build_attention_positions(
     return build_position(name, d_model=d_model, num_heads=num_heads, max_len=max_len)
 
 
-def _rotary(*, d_model: int, num_heads: int, **_: object) -> RotaryEmbedding:
+def _rotary(*, d_model: int, num_heads: int, max_len: int, **_: object) -> RotaryEmbedding:
     if d_model % num_heads:
         raise InputError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
-    return RotaryEmbedding(d_model // num_heads)
+    return RotaryEmbedding(d_model // num_heads, max_len=max_len)
 
 
 register_position(

@@ -29,12 +29,20 @@ class RotaryEmbedding(nn.Module):
     ``rope(query, key, offset=t)`` rotates both: the keys are at ``t .. t + Tk - 1`` and the
     queries are the *last* ``Tq`` of those (end-aligned, as qkv's causal mask).
 
+    The cos/sin tables of the first ``max_len`` positions are computed once (in float64, kept
+    as non-persistent float32 buffers, so checkpoints do not carry them); later positions, and
+    float64 inputs, get tables computed on the fly, so any length works.
+
     Shapes: query (B, H, Tq, Dh), key (B, Hkv, Tk, Dh) -> the same, rotated.
     """
 
-    def __init__(self, head_dim: int, *, base: float = 10000.0):
+    def __init__(self, head_dim: int, *, base: float = 10000.0, max_len: int | None = 1024):
         super().__init__()
-        rotary_angles(1, head_dim, base=base)  # validates head_dim and base early
+        if max_len is not None and (not isinstance(max_len, int) or max_len < 0):
+            raise InputError(f"max_len={max_len!r} must be >= 0 (or None to cache nothing)")
+        cos, sin = rotary_angles(max_len or 0, head_dim, base=base, dtype=torch.float32)
+        self.register_buffer("cos_table", cos, persistent=False)  # (max_len, Dh)
+        self.register_buffer("sin_table", sin, persistent=False)  # (max_len, Dh)
         self.head_dim = head_dim
         self.base = base
 
@@ -78,6 +86,11 @@ class RotaryEmbedding(nn.Module):
             )
 
     def _angles(self, length: int, start: int, like: Tensor) -> tuple[Tensor, Tensor]:
+        """cos, sin (T, Dh) of positions start..start+T-1, in the dtype of ``like``."""
+        end = start + length
+        if end <= self.cos_table.shape[0] and like.dtype != torch.float64:
+            cos, sin = self.cos_table[start:end], self.sin_table[start:end]
+            return cos.to(like.dtype), sin.to(like.dtype)
         return rotary_angles(
             length,
             self.head_dim,
@@ -85,10 +98,10 @@ class RotaryEmbedding(nn.Module):
             offset=start,
             device=like.device,
             dtype=like.dtype,
-        )  # cos, sin: (T, Dh)
+        )
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, base={self.base}"
+        return f"head_dim={self.head_dim}, base={self.base}, max_len={self.cos_table.shape[0]}"
 
 
 class ALiBi(nn.Module):
