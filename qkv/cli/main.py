@@ -17,6 +17,7 @@ from . import (
     curve_commands,
     demo_commands,
     explore_commands,
+    lm_commands,
     translation_commands,
 )
 
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     curve_commands.register(commands)
     explore_commands.register(commands)
     classifier_commands.register(commands)
+    lm_commands.register(commands)
     return parser
 
 

@@ -100,6 +100,7 @@ class _ResidualBlock(nn.Module):
         layer_norm_eps: float = 1e-5,
         bias: bool = True,
         positions: AttentionPositions | None = None,
+        num_kv_heads: int | None = None,
     ):
         super().__init__()
         attention_dropout = dropout if attention_dropout is None else attention_dropout
@@ -117,7 +118,12 @@ class _ResidualBlock(nn.Module):
 
         def attention(positions: AttentionPositions | None = None) -> MultiHeadAttention:
             return MultiHeadAttention(
-                d_model, num_heads, bias=bias, dropout=attention_dropout, positions=positions
+                d_model,
+                num_heads,
+                num_kv_heads=num_kv_heads,
+                bias=bias,
+                dropout=attention_dropout,
+                positions=positions,
             )
 
         def norm() -> nn.LayerNorm:
@@ -155,18 +161,30 @@ class EncoderBlock(_ResidualBlock):
 
     ``EncoderBlock(d_model, num_heads, d_ff, *, dropout=0.1, attention_dropout=None,
     activation_dropout=None, activation="relu", norm_first=False, layer_norm_eps=1e-5,
-    bias=True, positions=None)``; ``positions``: an attention position component (RoPE,
-    ALiBi) for the self-attention.
+    bias=True, positions=None, num_kv_heads=None)``; ``positions``: an attention position
+    component (RoPE, ALiBi) for the self-attention; ``num_kv_heads``: grouped key/value heads
+    (None = one per query head).
 
     Shapes: x (B, S, D), mask broadcastable to (B, H, S, S) (True = may attend; usually the
     source padding mask (B, 1, 1, S)) -> EncoderBlockOutput(hidden (B, S, D), ...).
     """
 
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+        causal: bool = False,
+        cache: KVCache | None = None,
     ) -> EncoderBlockOutput:
+        """``causal`` / ``cache``: masked self-attention with a growing KV cache, as a
+        decoder-only language model uses the block (x then holds only the newest positions)."""
+
         def attend(h: Tensor) -> tuple[Tensor, Tensor | None]:
-            return self.self_attention(h, mask=mask, need_weights=need_weights)
+            return self.self_attention(
+                h, mask=mask, causal=causal, cache=cache, need_weights=need_weights
+            )
 
         x, weights = self._residual(x, attend, self.self_attention_norm)
         x, _ = self._residual(x, self._feed_forward_sublayer, self.feed_forward_norm)

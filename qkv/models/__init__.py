@@ -1,7 +1,7 @@
 """Complete networks, one file each, and what they share with the task code.
 
 Importing this package registers every model type (``transformer``, ``rnn-attention``,
-``rnn``, ``captioner``, ``bert``) so checkpoints can be rebuilt by name.
+``rnn``, ``captioner``, ``bert``, ``lm``) so checkpoints can be rebuilt by name.
 """
 
 from .base import Decodable, Seq2SeqOutput, StepOutput, select_state
@@ -13,6 +13,7 @@ from .classifier import (
     FrameTagger,
     ImageClassifier,
 )
+from .lm import LMOutput, LMState, TransformerLM, TransformerLMConfig
 from .registry import available_models, build_model, config_to_dict, model_type_of, register_model
 from .rnn import RNNBaseline, RNNConfig, RNNTranslator
 from .transformer import Transformer, TransformerConfig
@@ -40,4 +41,8 @@ __all__ = [
     "ImageClassifier",
     "ClipClassifier",
     "FrameTagger",
+    "TransformerLM",
+    "TransformerLMConfig",
+    "LMOutput",
+    "LMState",
 ]

@@ -1,0 +1,116 @@
+"""Plain text for language models: the built-in ``kjv`` corpus, any UTF-8 file, and the
+dataset that cuts a token stream into fixed-length training windows.
+
+Train/valid split rules (stated, deterministic):
+
+- ``kjv``: the King James Bible, one verse per line, in canonical order, read from Debian's
+  ``sword-text-kjv`` by :mod:`qkv.data.bible`.  Validation is the books bible.py holds out for
+  validation (Judges, Joel, Galatians, Philippians, James); its test books are left out.
+- a file: the last 5% of its lines (at least one) are validation; a file of fewer than 20
+  lines has no validation split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import DataError, InputError, MissingFileError
+from .batch import Batch, pad_sequences
+
+__all__ = ["TextCorpus", "TEXT_CORPORA", "load_text", "TextDataset", "VALID_FRACTION"]
+
+#: Built-in text corpora.
+TEXT_CORPORA = ("kjv",)
+#: The share of a file's lines (its last ones) held out for validation.
+VALID_FRACTION = 0.05
+_MIN_LINES_FOR_VALID = 20
+
+
+@dataclass(frozen=True)
+class TextCorpus:
+    """The training and validation text of a corpus ("" when it has no validation)."""
+
+    name: str
+    train: str
+    valid: str
+
+
+def load_text(name_or_path: str) -> TextCorpus:
+    """``kjv`` or the path of a UTF-8 text file, split by the rules in the module docstring."""
+    if name_or_path == "kjv":
+        return _kjv()
+    path = Path(name_or_path)
+    if not path.exists():
+        raise MissingFileError(
+            f"--data {name_or_path!r} is neither a built-in corpus {TEXT_CORPORA} nor a file"
+        )
+    if not path.is_file():
+        raise DataError(f"--data {name_or_path!r} is a folder; give a UTF-8 text file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(
+            f"{path} is not UTF-8 text (byte {error.start} cannot be decoded); convert it "
+            "with iconv, or give another file"
+        ) from None
+    if not text.strip():
+        raise DataError(f"{path} holds no text")
+    lines = text.splitlines(keepends=True)
+    if len(lines) < _MIN_LINES_FOR_VALID:
+        return TextCorpus(str(path), text, "")
+    held_out = max(1, round(len(lines) * VALID_FRACTION))
+    return TextCorpus(str(path), "".join(lines[:-held_out]), "".join(lines[-held_out:]))
+
+
+def _kjv() -> TextCorpus:
+    from .bible import bible_verses
+
+    def join(split: str) -> str:
+        return "".join(verse.en + "\n" for verse in bible_verses(split) if verse.en)
+
+    return TextCorpus("kjv", join("train"), join("valid"))
+
+
+class TextDataset:
+    """A token stream cut into windows of ``context + 1`` tokens, each starting ``context``
+    tokens after the previous one (neighbours share one token), so every token but the first
+    is predicted exactly once per epoch.  The last window may be shorter (padded in batches).
+
+    A window is a trainer example with no source and the window as target: the model reads
+    ``target[:, :-1]`` and predicts ``target[:, 1:]`` (:class:`~qkv.data.batch.Batch`).
+    The stream must not contain PAD_ID (0), which marks padding.
+
+    Shapes: collate -> Batch(source (B, 0), target (B, context + 1), index (B,)).
+    """
+
+    def __init__(self, ids: Sequence[int] | torch.Tensor, *, context: int):
+        if not isinstance(context, int) or context < 1:
+            raise InputError(f"context={context!r} must be a positive number of tokens")
+        self.ids = torch.as_tensor(ids, dtype=torch.long).flatten()
+        if self.ids.numel() < 2:
+            raise DataError(
+                f"the text has {self.ids.numel()} token(s); a language model needs at least 2"
+            )
+        if bool((self.ids == 0).any()):
+            raise DataError("the token stream contains id 0, reserved for padding")
+        self.context = context
+        self.starts = list(range(0, self.ids.numel() - 1, context))
+        self.target_lengths = [min(context + 1, self.ids.numel() - start) for start in self.starts]
+        self.source_lengths = [0] * len(self.starts)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        start = self.starts[index]
+        return self.ids[start : start + self.target_lengths[index]]
+
+    def collate(self, indices: Sequence[int]) -> Batch:
+        indices = list(indices)
+        target = pad_sequences([self[i] for i in indices])
+        source = target.new_zeros((len(indices), 0))
+        return Batch(source, target, torch.as_tensor(indices, dtype=torch.long))

@@ -1,0 +1,230 @@
+"""A decoder-only Transformer language model (GPT): masked self-attention, stacked (SPEC 9).
+
+token ids -> embeddings (+ input positions) -> causal self-attention blocks -> final LayerNorm
+(pre-LN) -> output projection (tied to the embeddings by default) -> next-token logits.
+
+The blocks are qkv's :class:`~qkv.layers.EncoderBlock` run with ``causal=True``: each position
+attends to itself and the positions before it.  Generation keeps one KV cache per block
+(``start`` / ``step``, the step protocol the shared decoder drives), so a new token costs
+O(prefix), not O(prefix^2); with grouped KV heads the cache holds only the KV heads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from qkv.errors import InputError
+from qkv.layers.blocks import EncoderBlock
+from qkv.layers.cache import KVCache
+from qkv.layers.position_registry import build_attention_positions, build_input_positions
+
+from .base import StepOutput
+from .lm_config import TransformerLMConfig
+from .registry import register_model
+
+__all__ = ["TransformerLM", "TransformerLMConfig", "LMOutput", "LMState"]
+
+
+@dataclass
+class LMOutput:
+    """logits: (B, T, V) next-token scores.  attention: {"self": per block (B, H, T, Tk)} when
+    asked for, else None.  aux_loss: always None (the trainer's field)."""
+
+    logits: Tensor
+    attention: dict[str, list[Tensor]] | None = None
+    aux_loss: Tensor | None = None
+
+
+@dataclass
+class LMState:
+    """What generation carries from step to step: one KV cache per block.  Reorder it along
+    the batch with ``qkv.models.select_state`` (its caches have ``select``)."""
+
+    caches: list[KVCache]
+
+    @property
+    def offset(self) -> int:
+        """How many positions have been consumed: the next token's position."""
+        return self.caches[0].length
+
+
+class TransformerLM(nn.Module):
+    """A GPT-style language model built from qkv's causal self-attention blocks.
+
+    ``model(ids)`` -> :class:`LMOutput` with logits (B, T, V); ``model.loss(ids)`` the mean
+    next-token cross-entropy; ``start`` / ``step`` the decoding protocol (see
+    :func:`qkv.decoding.sample`).
+    """
+
+    def __init__(self, config: TransformerLMConfig):
+        super().__init__()
+        if not isinstance(config, TransformerLMConfig):
+            raise TypeError(
+                f"TransformerLM needs a TransformerLMConfig, got {type(config).__name__}"
+            )
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
+        # Sinusoidal encodings have unit scale; as in Vaswani et al., the token vectors are
+        # multiplied by sqrt(d_model) so that the positions do not drown them.
+        self.embedding_scale = config.d_model**0.5 if config.positions == "sinusoidal" else 1.0
+        # Input positions (learned, sinusoidal) change the token vectors, then dropout; attention
+        # positions (RoPE, ALiBi) act in every block's self-attention, one shared component.
+        sizes = dict(d_model=config.d_model, num_heads=config.num_heads, max_len=config.max_len)
+        self.positions = build_input_positions(config.positions, dropout=config.dropout, **sizes)
+        attention_positions = build_attention_positions(config.positions, **sizes)
+        self.blocks = nn.ModuleList(
+            EncoderBlock(
+                config.d_model,
+                config.num_heads,
+                config.d_ff,
+                num_kv_heads=config.num_kv_heads,
+                positions=attention_positions,
+                dropout=config.dropout,
+                activation=config.activation,
+                norm_first=config.norm_first,
+                layer_norm_eps=config.layer_norm_eps,
+                bias=config.bias,
+            )
+            for _ in range(config.num_layers)
+        )
+        self.final_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
+        )
+        self.output = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self._init_weights()
+        if config.tie_embeddings:
+            self.output.weight = self.token_embedding.weight
+
+    def _init_weights(self) -> None:
+        # GPT-2's scheme: N(0, 0.02) everywhere, residual output projections scaled down by
+        # sqrt(2 * num_layers) so the residual stream's variance does not grow with depth.
+        residual_std = 0.02 / (2 * self.config.num_layers) ** 0.5
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                std = residual_std if name.endswith(("out_proj", "contract")) else 0.02
+                nn.init.normal_(module.weight, std=std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        nn.init.normal_(self.token_embedding.weight, std=0.02)
+
+    @property
+    def max_positions(self) -> int | None:
+        """The longest sequence the model can read: max_len with learned positions, else
+        None (sinusoidal, RoPE and ALiBi positions extend to any length)."""
+        return getattr(self.positions, "max_len", None)
+
+    # -- teacher forcing -------------------------------------------------------------------
+
+    def forward(
+        self, ids: Tensor, target_input: Tensor | None = None, *, need_weights: bool = False
+    ) -> LMOutput:
+        """Shapes: ids (B, T) -> logits (B, T, V), row t scoring the token after ids[:, t].
+
+        ``target_input`` (B, T'): the shared trainer's ``model(source, target_input)`` call;
+        ``ids`` is then a prefix (possibly empty, (B, 0)) read before ``target_input``, and
+        the logits are those of the target_input positions only, (B, T', V).
+        """
+        prefix = 0
+        if target_input is not None:
+            _check_ids(target_input, "target_input", self.config.vocab_size)
+            _check_ids(ids, "ids", self.config.vocab_size, allow_empty=True)
+            prefix = ids.shape[1]
+            ids = torch.cat([ids, target_input.to(ids.dtype)], dim=1)
+        else:
+            _check_ids(ids, "ids", self.config.vocab_size)
+        hidden, weights = self._run_blocks(ids, caches=None, offset=0, need_weights=need_weights)
+        logits = self.output(hidden[:, prefix:])  # (B, T, V)
+        return LMOutput(logits, {"self": weights} if need_weights else None)
+
+    def loss(self, ids: Tensor, *, pad_id: int | None = 0) -> Tensor:
+        """Mean cross-entropy of predicting ids[:, 1:] from ids[:, :-1] (``pad_id`` targets
+        are ignored; None ignores nothing).  Shapes: ids (B, T), T >= 2 -> ()."""
+        if ids.dim() != 2 or ids.shape[1] < 2:
+            raise InputError(f"loss needs ids (B, T) with T >= 2, got {tuple(ids.shape)}")
+        logits = self(ids[:, :-1]).logits  # (B, T-1, V)
+        ignore = -100 if pad_id is None else pad_id
+        return F.cross_entropy(
+            logits.flatten(0, 1).float(), ids[:, 1:].flatten(), ignore_index=ignore
+        )
+
+    # -- incremental decoding --------------------------------------------------------------
+
+    def start(self, prefix: Tensor) -> LMState:
+        """Read ``prefix`` (B, S) into fresh KV caches, all positions in one pass (S may be 0).
+
+        Generation then calls :meth:`step` with each next token, the prompt's last token
+        first, so ``start(prompt[:, :-1])`` + ``step(prompt[:, -1])`` scores what follows."""
+        _check_ids(prefix, "prefix", self.config.vocab_size, allow_empty=True)
+        state = LMState([KVCache() for _ in self.blocks])
+        if prefix.shape[1] > 0:
+            self._run_blocks(prefix, caches=state.caches, offset=0, need_weights=False)
+        return state
+
+    def step(self, tokens: Tensor, state: LMState, *, need_attention: bool = False) -> StepOutput:
+        """Consume one token per sequence; score the next.  The caches grow in place.
+
+        Shapes: tokens (B,) -> log_probs (B, V) in float32; attention is None (a language
+        model has no source to align with)."""
+        if tokens.dim() != 1:
+            raise InputError(f"step takes one token per sequence, (B,), got {tuple(tokens.shape)}")
+        if not isinstance(state, LMState):
+            raise TypeError(f"state must come from TransformerLM.start, got {type(state).__name__}")
+        hidden, _ = self._run_blocks(
+            tokens[:, None], caches=state.caches, offset=state.offset, need_weights=False
+        )
+        logits = self.output(hidden[:, -1])  # (B, V)
+        return StepOutput(F.log_softmax(logits.float(), dim=-1), state, None)
+
+    # -- the stack -------------------------------------------------------------------------
+
+    def _run_blocks(
+        self, ids: Tensor, *, caches: list[KVCache] | None, offset: int, need_weights: bool
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Shapes: ids (B, T) at positions offset.. -> hidden (B, T, D), weights per block."""
+        self._check_length(offset + ids.shape[1])
+        x = self.token_embedding(ids) * self.embedding_scale  # (B, T, D)
+        x = self.positions(x, offset=offset)  # (B, T, D), dropout included
+        # One new position (a decoding step) is the last one: it may attend to every key, so
+        # no causal mask is needed (and none is built).
+        causal = ids.shape[1] > 1
+        weights = []
+        for index, block in enumerate(self.blocks):
+            cache = None if caches is None else caches[index]
+            out = block(x, causal=causal, cache=cache, need_weights=need_weights)
+            x = out.hidden
+            if need_weights:
+                weights.append(out.self_attention)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, weights
+
+    def _check_length(self, length: int) -> None:
+        if self.max_positions is not None and length > self.max_positions:
+            raise InputError(
+                f"a sequence of {length} tokens needs positions up to {length - 1}, but this "
+                f"model learned only max_len={self.config.max_len} positions (positions="
+                "'learned'); give at most max_len tokens (qkv.decoding.sample slides a window), "
+                "or train with --positions sinusoidal/rope/alibi, which extend past max_len"
+            )
+
+
+def _check_ids(ids: Tensor, name: str, vocab_size: int, *, allow_empty: bool = False) -> None:
+    if not isinstance(ids, Tensor) or ids.dim() != 2:
+        shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
+        raise InputError(f"{name} must be token ids of shape (B, T), got {shape}")
+    if ids.dtype not in (torch.long, torch.int32):
+        raise InputError(f"{name} must hold integer token ids, got {ids.dtype}")
+    if ids.shape[1] == 0 and not allow_empty:
+        raise InputError(f"{name} is empty (length 0): give at least one token")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise InputError(
+            f"{name} holds ids outside the vocabulary 0..{vocab_size - 1} "
+            f"(min {int(ids.min())}, max {int(ids.max())})"
+        )
+
+
+register_model("lm", TransformerLMConfig, TransformerLM)

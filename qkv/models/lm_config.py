@@ -1,0 +1,78 @@
+"""The configuration of the decoder-only language model (:mod:`qkv.models.lm`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qkv.errors import InputError
+from qkv.layers.feedforward import ACTIVATIONS
+from qkv.layers.position_registry import position_kind
+
+__all__ = ["TransformerLMConfig", "LM_POSITION_KINDS"]
+
+#: The position schemes of issue 13 (any scheme of ``qkv.layers.position_registry`` works):
+#: learned and sinusoidal change the token vectors; rope and alibi act in every attention.
+LM_POSITION_KINDS = ("learned", "sinusoidal", "rope", "alibi")
+
+
+@dataclass(frozen=True)
+class TransformerLMConfig:
+    """Every hyper-parameter of :class:`qkv.models.lm.TransformerLM`.
+
+    vocab_size: token vocabulary (the four special ids of qkv's tokenizers included).
+    d_model, num_heads, d_ff: width, query heads (``d_model % num_heads == 0``), feed-forward
+        width.  num_kv_heads: key/value heads (None = num_heads; fewer = grouped-query
+        attention, 1 = multi-query); the KV cache holds only these.
+    num_layers: causal self-attention blocks.
+    max_len: the longest sequence learned positions cover (others extend past it).
+    dropout: on embeddings, residual branches, attention weights, the feed-forward layer.
+    positions: a registered position scheme (``LM_POSITION_KINDS``: learned, sinusoidal, rope,
+        alibi); learned positions stop at max_len, the others extend past it.
+    norm_first: pre-LN blocks and a final LayerNorm (GPT-2); False = post-LN (the paper).
+    activation: "gelu" (default), "gelu_tanh" (GPT-2) or "relu".
+    tie_embeddings: the output projection reuses the token embedding matrix.
+    bias: biases in the attention and feed-forward projections.
+    layer_norm_eps: epsilon of every LayerNorm.
+    """
+
+    vocab_size: int
+    d_model: int = 256
+    num_heads: int = 4
+    num_kv_heads: int | None = None
+    num_layers: int = 4
+    d_ff: int = 1024
+    max_len: int = 256
+    dropout: float = 0.1
+    positions: str = "learned"
+    norm_first: bool = True
+    activation: str = "gelu"
+    tie_embeddings: bool = True
+    bias: bool = True
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if self.num_kv_heads is None:
+            object.__setattr__(self, "num_kv_heads", self.num_heads)
+        for name in ("vocab_size", "d_model", "num_heads", "num_kv_heads", "num_layers", "d_ff"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InputError(f"{name}={value!r} must be a positive integer")
+        if not isinstance(self.max_len, int) or self.max_len < 1:
+            raise InputError(f"max_len={self.max_len!r} must be a positive integer")
+        if self.d_model % self.num_heads:
+            raise InputError(
+                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise InputError(
+                f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.num_kv_heads}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise InputError(f"dropout={self.dropout} must be in [0, 1)")
+        if self.activation not in ACTIVATIONS:
+            raise InputError(f"activation={self.activation!r} is not one of {sorted(ACTIVATIONS)}")
+        position_kind(self.positions)  # InputError naming the registered schemes
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads

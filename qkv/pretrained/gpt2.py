@@ -1,0 +1,174 @@
+"""Load a Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer.json) into qkv.
+
+The network is qkv's own :class:`~qkv.models.lm.TransformerLM` (pre-LN blocks, learned
+positions, tied embeddings, tanh-approximated GELU); only the weights come from the folder,
+mapped name by name.  GPT-2 keeps its projections in ``Conv1D`` layers, whose weights are
+stored (in, out), the transpose of ``nn.Linear``'s; its attention input projection
+``c_attn`` holds Q, K and V side by side and is cut into qkv's three projections.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from qkv.errors import CheckpointError, MissingFileError
+from qkv.models.lm import TransformerLM, TransformerLMConfig
+
+__all__ = ["load_gpt2", "gpt2_config_from_hf", "GPT2Tokenizer", "PretrainedLM"]
+
+_REQUIRED_KEYS = ("vocab_size", "n_embd", "n_head", "n_layer", "n_positions")
+# Hugging Face activation names -> qkv's FeedForward activations.
+_ACTIVATIONS = {
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+}
+# Options of GPT2Config that change the computation and that qkv does not implement.
+_UNSUPPORTED = {
+    "scale_attn_by_inverse_layer_idx": False,
+    "reorder_and_upcast_attn": False,
+    "add_cross_attention": False,
+    "scale_attn_weights": True,
+}
+# Per-block checkpoint names -> qkv names; Conv1D weights are transposed on the way.
+_BLOCK_NAMES = {
+    "ln_1": "self_attention_norm",
+    "attn.c_proj": "self_attention.out_proj",
+    "ln_2": "feed_forward_norm",
+    "mlp.c_fc": "feed_forward.expand",
+    "mlp.c_proj": "feed_forward.contract",
+}
+_CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+
+
+@dataclass
+class PretrainedLM:
+    """A loaded language model and its tokenizer (what ``qkv.tasks.lm.generate_text`` takes)."""
+
+    model: TransformerLM
+    tokenizer: Any
+
+
+class GPT2Tokenizer:
+    """GPT-2's byte-level BPE from its ``tokenizer.json`` (Hugging Face ``tokenizers``)."""
+
+    kind = "gpt2"
+
+    def __init__(self, path: str | Path):
+        from tokenizers import Tokenizer
+
+        self._tokenizer = Tokenizer.from_file(str(path))
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids) -> str:
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        return self._tokenizer.decode(ids, skip_special_tokens=False)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+
+def gpt2_config_from_hf(hf: dict[str, Any]) -> TransformerLMConfig:
+    """The qkv config of a Hugging Face GPT-2 ``config.json`` (dropout 0: for inference)."""
+    missing = [key for key in _REQUIRED_KEYS if key not in hf]
+    if missing:
+        raise CheckpointError(f"config.json lacks {missing}: is this a GPT-2 checkpoint?")
+    activation = hf.get("activation_function", "gelu_new")
+    if activation not in _ACTIVATIONS:
+        raise CheckpointError(
+            f"activation_function={activation!r} is not supported; known: {sorted(_ACTIVATIONS)}"
+        )
+    for key, expected in _UNSUPPORTED.items():
+        if hf.get(key, expected) != expected:
+            raise CheckpointError(f"{key}={hf[key]!r} is not supported by qkv's GPT-2 loader")
+    d_model = hf["n_embd"]
+    return TransformerLMConfig(
+        vocab_size=hf["vocab_size"],
+        d_model=d_model,
+        num_heads=hf["n_head"],
+        num_layers=hf["n_layer"],
+        d_ff=hf.get("n_inner") or 4 * d_model,
+        max_len=hf["n_positions"],
+        dropout=0.0,
+        positions="learned",
+        norm_first=True,
+        activation=_ACTIVATIONS[activation],
+        tie_embeddings=hf.get("tie_word_embeddings", True),
+        bias=True,
+        layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+    )
+
+
+def load_gpt2(path: str | Path, *, device: str | torch.device = "cpu") -> PretrainedLM:
+    """A :class:`TransformerLM` with the weights of a Hugging Face GPT-2 folder, in eval mode,
+    and its tokenizer (None when the folder has no tokenizer.json)."""
+    folder = Path(path)
+    for name in ("config.json", "model.safetensors"):
+        if not (folder / name).is_file():
+            raise MissingFileError(f"{folder / name} does not exist: a GPT-2 folder needs it")
+    hf = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = gpt2_config_from_hf(hf)
+    from safetensors.torch import load_file
+
+    try:
+        stored = load_file(str(folder / "model.safetensors"))
+    except Exception as error:  # safetensors raises its own types for corrupt files
+        raise CheckpointError(f"{folder / 'model.safetensors'} is corrupt ({error})") from None
+    model = TransformerLM(config)
+    model.load_state_dict(_qkv_state_dict(stored, config), strict=True)
+    tokenizer_file = folder / "tokenizer.json"
+    tokenizer = GPT2Tokenizer(tokenizer_file) if tokenizer_file.is_file() else None
+    return PretrainedLM(model.to(device).eval(), tokenizer)
+
+
+def _qkv_state_dict(stored: dict[str, Tensor], config: TransformerLMConfig) -> dict[str, Tensor]:
+    """Rename (and cut, and transpose) a GPT-2 state dict into TransformerLM's names."""
+    stored = {_strip(name): tensor for name, tensor in stored.items()}
+    out: dict[str, Tensor] = {}
+
+    def take(name: str) -> Tensor:
+        if name not in stored:
+            raise CheckpointError(f"model.safetensors lacks {name!r}: is this a GPT-2 checkpoint?")
+        return stored.pop(name)
+
+    out["token_embedding.weight"] = take("wte.weight")
+    out["positions.embedding.weight"] = take("wpe.weight")
+    out["final_norm.weight"], out["final_norm.bias"] = take("ln_f.weight"), take("ln_f.bias")
+    for i in range(config.num_layers):
+        ours, theirs = f"blocks.{i}.", f"h.{i}."
+        weight = take(theirs + "attn.c_attn.weight").t()  # (3D, D): Q, K, V stacked
+        bias = take(theirs + "attn.c_attn.bias")
+        for proj, w, b in zip(("q", "k", "v"), weight.chunk(3), bias.chunk(3), strict=True):
+            out[f"{ours}self_attention.{proj}_proj.weight"] = w.contiguous()
+            out[f"{ours}self_attention.{proj}_proj.bias"] = b
+        for their_name, our_name in _BLOCK_NAMES.items():
+            weight = take(f"{theirs}{their_name}.weight")
+            out[f"{ours}{our_name}.weight"] = (
+                weight.t().contiguous() if their_name in _CONV1D else weight
+            )
+            out[f"{ours}{our_name}.bias"] = take(f"{theirs}{their_name}.bias")
+    head = stored.pop("lm_head.weight", None)
+    if config.tie_embeddings:
+        out["output.weight"] = out["token_embedding.weight"]
+    elif head is None:
+        raise CheckpointError("tie_word_embeddings is false but the folder has no lm_head.weight")
+    else:
+        out["output.weight"] = head
+    leftovers = [name for name in stored if not name.endswith(("attn.bias", "attn.masked_bias"))]
+    if leftovers:
+        raise CheckpointError(f"model.safetensors holds tensors qkv does not know: {leftovers[:5]}")
+    return out
+
+
+def _strip(name: str) -> str:
+    return name.removeprefix("transformer.")
