@@ -131,8 +131,10 @@ def _change_defaults(parser: argparse.ArgumentParser, defaults: dict[str, object
             action.help = f"default for captioning: {defaults[action.dest]}"
 
 
-def register(commands: argparse._SubParsersAction) -> None:
-    """Add `qkv caption`."""
+def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAction) -> None:
+    """Add `qkv train captioning` (to ``tasks``, the subcommands of `qkv train`) and `qkv
+    caption`."""
+    add_train_parser(tasks)
     caption = commands.add_parser(
         "caption",
         help="caption images with a trained captioner, optionally with attention strips (PNG)",

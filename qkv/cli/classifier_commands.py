@@ -21,10 +21,9 @@ _BUDGET_HELP = "default for classification: by the data (fashion-mnist 512 / 2 e
 _BUDGET_HELP += "pictures 64 / 5 epochs; clips 512 frames / 1 epoch)"
 
 
-def register(commands: argparse._SubParsersAction) -> None:
-    """Add `qkv train classifier` to the task parsers of the existing `qkv train`."""
-    train = commands.choices["train"]
-    tasks = next(a for a in train._actions if isinstance(a, argparse._SubParsersAction))
+def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAction) -> None:
+    """Add `qkv train classifier` (to ``tasks``, the subcommands of `qkv train`) and `qkv
+    classify`."""
     add_train_parser(tasks)
     add_classify_parser(commands)
 

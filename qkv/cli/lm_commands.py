@@ -19,9 +19,10 @@ LM_TRAIN_DEFAULTS = dict(
 )
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAction) -> None:
+    """Add `qkv train lm` (to ``tasks``, the subcommands of `qkv train`) and `qkv generate`."""
     raw = argparse.RawDescriptionHelpFormatter
-    lm = _train_tasks(commands).add_parser(
+    lm = tasks.add_parser(
         "lm",
         help="train a decoder-only language model (GPT) on text",
         description="Train a decoder-only Transformer language model on the built-in King James "
@@ -91,15 +92,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     generate.add_argument("--device", default="cpu", help="cpu or cuda")
     generate.set_defaults(run=_generate)
-
-
-def _train_tasks(commands: argparse._SubParsersAction) -> argparse._SubParsersAction:
-    """The subcommands of `qkv train` (registered by the translation commands)."""
-    train = commands.choices.get("train")
-    actions = [] if train is None else train._subparsers._group_actions
-    if not actions:
-        raise RuntimeError("register the `train` command before the language-model commands")
-    return actions[0]
 
 
 def _train_lm(args: argparse.Namespace) -> int:

@@ -58,13 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
+    train = commands.add_parser(
+        "train", help="train a model (translation, captioning, classifier, language model)"
+    )
+    train_tasks = train.add_subparsers(dest="task", metavar="TASK")
+    train_tasks.required = True
     demo_commands.register(commands)
-    translation_commands.register(commands)
-    captioning_commands.register(commands)
+    translation_commands.register(commands, train_tasks)
+    captioning_commands.register(commands, train_tasks)
     curve_commands.register(commands)
     explore_commands.register(commands)
-    classifier_commands.register(commands)
-    lm_commands.register(commands)
+    classifier_commands.register(commands, train_tasks)
+    lm_commands.register(commands, train_tasks)
     return parser
 
 

@@ -18,12 +18,11 @@ SETUP = TranslationSetup()
 EXAMPLE = "\n\nexample:\n  "
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAction) -> None:
+    """Add `qkv train translation` (to ``tasks``, the subcommands of `qkv train`), `qkv
+    translate`, `qkv evaluate` and `qkv attention`."""
     raw = argparse.RawDescriptionHelpFormatter
 
-    train = commands.add_parser("train", help="train a model (translation or captioning)")
-    tasks = train.add_subparsers(dest="task", metavar="TASK")
-    tasks.required = True
     translation = tasks.add_parser(
         "translation",
         help="train a translator (Transformer, RNN with attention, RNN baseline)",
@@ -87,9 +86,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     add_train_options(translation)
     translation.set_defaults(run=_train_translation)
-    from .captioning_commands import add_train_parser
-
-    add_train_parser(tasks)
 
     translate = commands.add_parser(
         "translate",

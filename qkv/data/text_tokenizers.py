@@ -14,9 +14,8 @@ from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from ..errors import InputError
-from . import tokenizers as _tokenizers
 from .batch import SPECIAL_TOKENS, UNK_ID
-from .tokenizers import BPETokenizer, CharTokenizer, Tokenizer
+from .tokenizers import BPETokenizer, CharTokenizer, Tokenizer, register_tokenizer
 
 __all__ = ["ByteBPETokenizer", "TEXT_TOKENIZER_KINDS", "train_text_tokenizer", "encode_prompt"]
 
@@ -64,7 +63,7 @@ class ByteBPETokenizer(BPETokenizer):
 
 
 # ``load_tokenizer`` (and so every checkpoint) finds the kind by name.
-_tokenizers._KINDS.setdefault(ByteBPETokenizer.kind, ByteBPETokenizer)
+register_tokenizer(ByteBPETokenizer)
 
 #: The tokenizer kinds a language model trains with.
 TEXT_TOKENIZER_KINDS = ("char", "bytebpe")

@@ -31,6 +31,7 @@ __all__ = [
     "load_tokenizer",
     "training_texts",
     "TOKENIZER_KINDS",
+    "register_tokenizer",
 ]
 
 _FILE_FORMAT = "qkv-tokenizer"
@@ -232,6 +233,13 @@ class BPETokenizer(Tokenizer):
 _KINDS: dict[str, type[Tokenizer]] = {"char": CharTokenizer, "bpe": BPETokenizer}
 #: The tokenizer kinds ``train_tokenizer`` and ``load_tokenizer`` know.
 TOKENIZER_KINDS = tuple(_KINDS)
+_LOADABLE: dict[str, type[Tokenizer]] = {}  # kinds other packages register (register_tokenizer)
+
+
+def register_tokenizer(tokenizer_class: type[Tokenizer]) -> None:
+    """Let :func:`load_tokenizer` (and so every checkpoint) find ``tokenizer_class`` by its
+    ``kind``; :func:`train_tokenizer` keeps to the translators' kinds (TOKENIZER_KINDS)."""
+    _LOADABLE[tokenizer_class.kind] = tokenizer_class
 
 
 def train_tokenizer(kind: str, texts: Iterable[str], *, vocab_size: int = 8000) -> Tokenizer:
@@ -259,7 +267,7 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
         raise ValueError(f"{path} is not a qkv tokenizer file (no 'format': '{_FILE_FORMAT}')")
     from .word_tokenizer import WordTokenizer  # a subclass of Tokenizer: imported here
 
-    kinds = {**_KINDS, WordTokenizer.kind: WordTokenizer}
+    kinds = {**_KINDS, WordTokenizer.kind: WordTokenizer, **_LOADABLE}
     kind = document.get("kind")
     if kind not in kinds:
         raise ValueError(f"{path} holds tokenizer kind {kind!r}; known: {', '.join(kinds)}")
