@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import InputError
@@ -85,12 +86,15 @@ class MultiHeadAttention(nn.Module):
         (``qkv.functional.attention(..., weights_grad=False)`` chooses how they are made).
         """
         self._check_inputs(query, key, value, cache)
-        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Tq, Dh)
         if cache is not None and not cache.appends:  # fixed memory, projected once
+            q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Tq, Dh)
             k, v = cache.key, cache.value  # (B, Hkv, S, Dh)
         else:
-            key = query if key is None else key
-            k, v = self._project_kv(key, key if value is None else value)  # (B, Hkv, Tk, Dh)
+            if key is None:  # self-attention: Q, K, V from one input in one matmul
+                q, k, v = self._project_self(query)
+            else:
+                q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Tq, Dh)
+                k, v = self._project_kv(key, key if value is None else value)  # (B, Hkv, Tk, Dh)
             past = 0 if cache is None else cache.length  # positions before this call's
             if self.positions is not None:  # self-attention only (checked)
                 q = self.positions.rotate(q, start=past)
@@ -137,6 +141,21 @@ class MultiHeadAttention(nn.Module):
         value = key if value is None else value
         self._check_widths(key, value)
         return StaticKV(*self._project_kv(key, value))
+
+    def _project_self(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """W_Q x, W_K x, W_V x as one matmul with the three weights stacked (what PyTorch's
+        packed in_proj does; the parameters stay three Linears).  Shapes: x (B, T, D) ->
+        q (B, H, T, Dh), k and v (B, Hkv, T, Dh)."""
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([p.weight for p in projections])  # (D + 2 * Hkv * Dh, D)
+        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
+        kv_width = self.num_kv_heads * self.head_dim
+        q, k, v = F.linear(x, weight, bias).split([self.d_model, kv_width, kv_width], dim=-1)
+        return (
+            split_heads(q, self.num_heads),
+            split_heads(k, self.num_kv_heads),
+            split_heads(v, self.num_kv_heads),
+        )
 
     def _project_kv(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         k = split_heads(self.k_proj(key), self.num_kv_heads)
