@@ -36,12 +36,12 @@ MODELS = {
     "rnn-attention": ["--model", "rnn-attention", "--score", "additive"],
     "transformer": ["--model", "transformer"],
 }
-COMMON = ["--data", "lengths", "--size", "medium", "--dropout", "0.1", "--epochs", "0"]
+COMMON = ["--data", "lengths", "--dropout", "0.1", "--epochs", "0"]
 
 
-def train(name: str, root: Path, minutes: float) -> dict:
+def train(name: str, root: Path, minutes: float, size: str = "medium") -> dict:
     out = root / name
-    command = ["train", "translation", *MODELS[name], *COMMON, "--out", str(out)]
+    command = ["train", "translation", *MODELS[name], *COMMON, "--size", size, "--out", str(out)]
     command += ["--max-minutes", str(minutes), "--threads", "1"]
     print("qkv " + " ".join(command), flush=True)
     started = time.perf_counter()
@@ -119,6 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--minutes", type=float, default=10.0, help="training budget per model")
     parser.add_argument("--root", default="runs/length-study", help="folder for the runs")
+    parser.add_argument(
+        "--size",
+        default="medium",
+        choices=["small", "medium"],
+        help="model size preset of every model (small: more updates per minute)",
+    )
     parser.add_argument("--parallel", type=int, default=2, help="trainings side by side")
     parser.add_argument("--beam", type=int, default=1, help="beam size for the test (1: greedy)")
     parser.add_argument("--limit", type=int, help="score only the first N test sentences")
@@ -133,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_training:
         root.mkdir(parents=True, exist_ok=True)
         with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-            trained = pool.map(lambda name: train(name, root, args.minutes), args.models)
+            trained = pool.map(lambda name: train(name, root, args.minutes, args.size), args.models)
             runs = dict(zip(args.models, trained, strict=True))
     results = {name: score(name, root, beam=args.beam, limit=args.limit) for name in args.models}
     first = results[args.models[0]]
