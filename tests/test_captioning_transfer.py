@@ -44,15 +44,11 @@ def classifier_dir(tmp_path_factory):
     setup = ClassifierSetup(
         data="shapes", image_size=32, feature_dim=16, grid=4, train_size=16, valid_size=8
     )
-    budget = TrainConfig(max_steps=2, epochs=None, warmup_steps=0, lr=1e-2, device="cpu")
-    train_classifier(setup, dataclass_replace(budget, max_tokens=8), out)
+    budget = TrainConfig(
+        max_steps=2, epochs=None, warmup_steps=0, lr=1e-2, max_tokens=8, device="cpu"
+    )
+    train_classifier(setup, budget, out)
     return out
-
-
-def dataclass_replace(config, **changes):
-    import dataclasses
-
-    return dataclasses.replace(config, **changes)
 
 
 def encoder_tensors(module):
