@@ -440,3 +440,12 @@ def test_every_model_field_of_the_setup_reaches_the_config():
     config = build_captioner(CaptioningSetup(max_caption_len=9, **changed), 30).config
     assert {name: getattr(config, name) for name in changed} == changed
     assert (config.vocab_size, config.max_len) == (30, 10)
+
+
+def test_lambda_defaults_by_the_data_and_an_explicit_value_wins():
+    assert CaptioningSetup().doubly_stochastic == 0.0  # the scenes: measured in docs/results.md
+    assert CaptioningSetup(data="flickr8k.json").doubly_stochastic == 0.1
+    assert CaptioningSetup(doubly_stochastic=0.5).doubly_stochastic == 0.5
+    assert (
+        build_captioner(CaptioningSetup(doubly_stochastic=0.5), 9).config.doubly_stochastic == 0.5
+    )

@@ -118,7 +118,17 @@ class Captioner(nn.Module):
     # -- encoding -----------------------------------------------------------------------------
 
     def encode(self, images: Tensor) -> Tensor:
-        """Shapes: images (B, 3, H, W) floats in [0, 1] -> regions (B, P, D)."""
+        """Shapes: images (B, 3, H, W) floats in [0, 1] -> regions (B, P, D).  Region
+        features (B, P, D) that this encoder computed before (the frozen encoder's cache)
+        pass through as they are."""
+        if images.dim() == 3:
+            expected = (self.config.num_regions, self.config.feature_dim)
+            if tuple(images.shape[1:]) != expected or not images.is_floating_point():
+                raise ValueError(
+                    f"region features must be float (B, {expected[0]}, {expected[1]}), "
+                    f"got {images.dtype} {tuple(images.shape)}"
+                )
+            return images
         return self.encoder(images)
 
     def start(self, images: Tensor) -> CaptionerState:
@@ -165,9 +175,9 @@ class Captioner(nn.Module):
         Shapes: images (B, 3, H, W), target_input (B, T) token ids -> see
         :class:`CaptionerDecoding`."""
         check_token_ids(target_input, "target_input", unit="caption")
-        if images.dim() != 4 or images.shape[0] != target_input.shape[0]:
+        if images.dim() not in (3, 4) or images.shape[0] != target_input.shape[0]:
             raise ValueError(
-                f"images (B, 3, H, W) and target_input (B, T) must share B; got "
+                f"images (B, 3, H, W) or regions (B, P, D) and target_input (B, T) must share B; got "
                 f"{tuple(images.shape)} and {tuple(target_input.shape)}"
             )
         state = self.start(images)

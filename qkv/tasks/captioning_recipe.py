@@ -45,6 +45,8 @@ def train_captioning_with_recipe(
         schedule = resumed_schedule(out_dir, schedule)
     with torch.random.fork_rng():  # the probe leaves the run's initialisation alone
         model = build_captioner(setup, PROBE_VOCAB)
+    if setup.freeze_encoder:  # steps read cached region features: time the decoder alone
+        model.encoder.requires_grad_(False)
     regions = model.config.num_regions
     config, chosen = fit_train_config(
         config,
@@ -63,7 +65,10 @@ def _synthetic_batch(setup: CaptioningSetup, num_regions: int, config: TrainConf
     length = setup.max_caption_len + 2
     size = max(config.max_tokens // max(num_regions, length), 1)
     generator = torch.Generator().manual_seed(0)
-    images = torch.rand(size, 3, setup.image_size, setup.image_size, generator=generator)
+    if setup.freeze_encoder:  # the batch carries the cached features (B, P, D)
+        images = torch.rand(size, num_regions, setup.feature_dim, generator=generator)
+    else:
+        images = torch.rand(size, 3, setup.image_size, setup.image_size, generator=generator)
     words = torch.randint(4, PROBE_VOCAB, (size, length), generator=generator)
     words[:, 0], words[:, -1] = BOS_ID, EOS_ID
     return Batch(images, words, torch.arange(size))
