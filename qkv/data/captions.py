@@ -33,6 +33,7 @@ __all__ = [
     "WordVocab",
     "CaptionDataset",
     "collate_captions",
+    "CaptionTrainingData",
     "imagenet_normalize",
 ]
 
@@ -240,6 +241,29 @@ def collate_captions(items: Sequence[CaptionItem]) -> Batch:
 
 #: Decoded training images are kept in memory (as bytes) up to this many bytes.
 IMAGE_CACHE_BYTES = 2 * 1024**3
+
+
+class CaptionTrainingData:
+    """A :class:`~qkv.data.captions.CaptionDataset` in the form the trainer reads: one item
+    per (image, caption) pair, its lengths (an image counts as ``num_regions`` positions, a
+    caption as its ids with ``<s>`` and ``</s>``) and ``collate``.
+
+    Shapes: ``collate`` -> Batch with source (B, 3, S, S), target (B, T)."""
+
+    def __init__(self, dataset: CaptionDataset, *, num_regions: int):
+        self.dataset = dataset
+        cut = dataset.max_caption_len
+        self.target_lengths = [
+            min(len(dataset.examples[image].captions[caption]), cut) + 2
+            for image, caption in dataset.items
+        ]
+        self.source_lengths = [num_regions] * len(self.target_lengths)
+
+    def __len__(self) -> int:
+        return len(self.target_lengths)
+
+    def collate(self, indices: Sequence[int]) -> Batch:
+        return collate_captions([self.dataset[i] for i in indices])
 
 
 class _ImageMemory:

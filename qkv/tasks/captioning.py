@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from ..data import Batch
 from ..data.captions import (
     CaptionDataset,
     CaptionExample,
+    CaptionTrainingData,
     WordVocab,
-    collate_captions,
     remember_images,
 )
 from ..data.karpathy import read_karpathy
@@ -184,29 +183,6 @@ def _karpathy_has_split(path: Path, split: str) -> bool:
         return any(isinstance(r, dict) and r.get("split") == wanted for r in records)
     except (OSError, ValueError, AttributeError):
         return True  # let read_karpathy report what is wrong, in its own words
-
-
-class CaptionTrainingData:
-    """A :class:`~qkv.data.captions.CaptionDataset` in the form the trainer reads: one item
-    per (image, caption) pair, its lengths (an image counts as ``num_regions`` positions, a
-    caption as its ids with ``<s>`` and ``</s>``) and ``collate``.
-
-    Shapes: ``collate`` -> Batch with source (B, 3, S, S), target (B, T)."""
-
-    def __init__(self, dataset: CaptionDataset, *, num_regions: int):
-        self.dataset = dataset
-        cut = dataset.max_caption_len
-        self.target_lengths = [
-            min(len(dataset.examples[image].captions[caption]), cut) + 2
-            for image, caption in dataset.items
-        ]
-        self.source_lengths = [num_regions] * len(self.target_lengths)
-
-    def __len__(self) -> int:
-        return len(self.target_lengths)
-
-    def collate(self, indices: Sequence[int]) -> Batch:
-        return collate_captions([self.dataset[i] for i in indices])
 
 
 # ---------------------------------------------------------------------------- model
