@@ -19,12 +19,14 @@ def interleaved(
 ) -> dict[str, float]:
     """Median seconds of each run, the runs taking turns round by round (after one warm-up
     each, unless ``warmup=False``), so a load that comes and goes on the machine hits every
-    contender alike."""
+    contender alike.  The order of the turns reverses every round (A B, B A, ...): neither
+    contender always runs with the caches the other left behind."""
     times: dict[str, list[float]] = {name: [] for name in runs}
     for run in runs.values() if warmup else ():
         run()
-    for _ in range(rounds):
-        for name, run in runs.items():
+    for index in range(rounds):
+        order = list(runs.items())
+        for name, run in order if index % 2 == 0 else reversed(order):
             start = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - start)

@@ -208,17 +208,15 @@ def test_parameter_names_and_order_are_those_checkpoints_were_saved_with():
     def sublayer(name, *parts):
         return [f"{name}.{part}.{kind}" for part in parts for kind in ("weight", "bias")]
 
-    attention = ("q_proj", "k_proj", "v_proj", "out_proj")
+    def attention(name):  # W_Q, W_K, W_V stacked (as nn.MultiheadAttention), then out_proj
+        return [f"{name}.in_proj_weight", f"{name}.in_proj_bias"] + sublayer(name, "out_proj")
+
     norm = ["{}_norm.weight", "{}_norm.bias"]
     feed_forward = sublayer("feed_forward", "expand", "contract") + [
         n.format("feed_forward") for n in norm
     ]
-    self_attention = sublayer("self_attention", *attention) + [
-        n.format("self_attention") for n in norm
-    ]
-    cross_attention = sublayer("cross_attention", *attention) + [
-        n.format("cross_attention") for n in norm
-    ]
+    self_attention = attention("self_attention") + [n.format("self_attention") for n in norm]
+    cross_attention = attention("cross_attention") + [n.format("cross_attention") for n in norm]
     encoder = [name for name, _ in EncoderBlock(D, H, FF).named_parameters()]
     decoder = [name for name, _ in DecoderBlock(D, H, FF).named_parameters()]
     assert encoder == self_attention + feed_forward

@@ -77,14 +77,16 @@ def test_grouped_query_attention_equals_full_heads_with_duplicated_kv_weights(
     whose key/value projections repeat each KV head's rows for its group of query heads."""
     torch.manual_seed(seed)
     grouped = MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads)
-    assert grouped.k_proj.out_features == num_kv_heads * 4
+    (w_q, b_q), (w_k, b_k), (w_v, b_v) = grouped.projections()
+    assert w_k.shape == w_v.shape == (num_kv_heads * 4, 16)
     full = MultiHeadAttention(16, 4)
+
+    def repeat(rows):  # (Hkv * Dh, ...) -> (H * Dh, ...), each head repeated for its group
+        return rows.view(num_kv_heads, 4, -1).repeat_interleave(4 // num_kv_heads, 0).flatten(0, 1)
+
     state = grouped.state_dict()
-    for name in ("k_proj", "v_proj"):  # (Hkv * Dh, D) -> (H * Dh, D), each head repeated
-        for part in ("weight", "bias"):
-            rows = state[f"{name}.{part}"].view(num_kv_heads, 4, -1)
-            state[f"{name}.{part}"] = rows.repeat_interleave(4 // num_kv_heads, 0).reshape(16, -1)
-    state = {key: t.squeeze(-1) if key.endswith("bias") else t for key, t in state.items()}
+    state["in_proj_weight"] = torch.cat([w_q, repeat(w_k), repeat(w_v)])
+    state["in_proj_bias"] = torch.cat([b_q, repeat(b_k[:, None])[:, 0], repeat(b_v[:, None])[:, 0]])
     full.load_state_dict(state)
     x = torch.randn(2, length, 16)
     torch.testing.assert_close(grouped(x, causal=True)[0], full(x, causal=True)[0])
@@ -168,3 +170,43 @@ def test_both_cache_kinds_share_one_protocol_and_other_objects_are_refused():
         layer(x, cache=(static.key, static.value))
     with pytest.raises(ValueError, match="omit key and value"):
         layer(x, memory, memory, cache=static)
+
+
+def test_state_dict_is_nn_multihead_attentions():
+    """Self-attention layers stack W_Q, W_K, W_V as PyTorch does: the state dicts have the
+    same names and shapes, and one loads into the other."""
+    torch.manual_seed(0)
+    ref = nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    ours = MultiHeadAttention(16, 4).eval()
+    assert {k: v.shape for k, v in ours.state_dict().items()} == {
+        k: v.shape for k, v in ref.state_dict().items()
+    }
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 5, 16)
+    torch.testing.assert_close(ours(x)[0], ref(x, x, x, need_weights=False)[0])
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_checkpoints_with_three_separate_projections_still_load(bias):
+    """Before the projections were stacked, a layer saved q_proj, k_proj and v_proj Linears;
+    such a state dict loads into the stacked layer and computes the same attention."""
+    torch.manual_seed(1)
+    q, k, v, out = (nn.Linear(16, w, bias=bias) for w in (16, 8, 8, 16))
+    old = {
+        f"{name}.{kind}": getattr(linear, kind)
+        for name, linear in (("q_proj", q), ("k_proj", k), ("v_proj", v), ("out_proj", out))
+        for kind in ("weight", "bias")
+        if getattr(linear, kind) is not None
+    }
+    layer = MultiHeadAttention(16, 4, num_kv_heads=2, bias=bias).eval()
+    layer.load_state_dict(old)
+    x = torch.randn(2, 5, 16)
+
+    def heads(t, n):
+        return t.view(2, 5, n, 4).transpose(1, 2)
+
+    keys = heads(k(x), 2).repeat_interleave(2, 1)
+    values = heads(v(x), 2).repeat_interleave(2, 1)
+    weights = (heads(q(x), 4) @ keys.transpose(-2, -1) / 2.0).softmax(-1)
+    expected = out((weights @ values).transpose(1, 2).reshape(2, 5, 16))
+    torch.testing.assert_close(layer(x)[0], expected)

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from qkv.errors import InputError
@@ -105,7 +106,8 @@ def test_grouped_kv_heads_are_rotated_before_they_are_repeated():
     cache = KVCache()
     x = torch.randn(1, 3, 16)
     layer(x, causal=True, cache=cache)
-    k = layer.k_proj(x).view(1, 3, 1, 4).transpose(1, 2)
+    _, (w_k, b_k), _ = layer.projections()
+    k = F.linear(x, w_k, b_k).view(1, 3, 1, 4).transpose(1, 2)
     assert torch.allclose(cache.key, RotateOnly().rotate(k, start=0), atol=1e-6)
 
 

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -516,10 +517,10 @@ def _hand_attention(x, layer, *, causal, bias=None, rotate=None):
     heads, width = layer.num_heads, layer.head_dim
     batch, length, _ = x.shape
 
-    def project(linear):
-        return linear(x).view(batch, length, heads, width).transpose(1, 2)  # (B, H, T, Dh)
+    def project(weight, bias):
+        return F.linear(x, weight, bias).view(batch, length, heads, width).transpose(1, 2)
 
-    q, k, v = project(layer.q_proj), project(layer.k_proj), project(layer.v_proj)
+    q, k, v = (project(*projection) for projection in layer.projections())  # (B, H, T, Dh)
     if rotate is not None:
         q, k = rotate(q), rotate(k)
     scores = q @ k.transpose(-2, -1) / width**0.5  # (B, H, T, T)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from qkv.errors import CheckpointError
 from qkv.models import Seq2SeqOutput, register_model
 from qkv.training import (
     TrainConfig,
@@ -227,6 +228,20 @@ def test_resume_refuses_other_settings_and_missing_checkpoints(tmp_path):
     assert before["step"] == 2  # the refusals left the checkpoint alone
     _, result = small_run(tmp_path / "run", max_steps=3, resume=True)  # budgets may change
     assert result.steps == 3
+
+
+def test_resume_names_an_optimizer_state_of_other_parameters(tmp_path):
+    """A run saved when the model had other parameters (attention's Q, K, V as three
+    matrices, before they were stacked) cannot restore its optimizer: one clear error."""
+    small_run(tmp_path / "run", max_steps=2)
+    last = tmp_path / "run" / json.loads((tmp_path / "run" / "last.json").read_text())["checkpoint"]
+    state_file = last / "trainer_state.pt"
+    state = torch.load(state_file, weights_only=False)
+    group = state["optimizer"]["param_groups"][0]
+    group["params"] = [*group["params"], max(group["params"]) + 1]  # one parameter too many
+    torch.save(state, state_file)
+    with pytest.raises(CheckpointError, match="optimizer state .* does not fit"):
+        small_run(tmp_path / "run", max_steps=3, resume=True)
 
 
 def test_early_stopping_on_bleu_keeps_the_best_checkpoint(tmp_path):

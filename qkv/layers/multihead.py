@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -10,6 +12,7 @@ from ..errors import InputError
 from ..functional import attention, merge_heads, split_heads
 from .attention_positions import AttentionPositions
 from .cache import AttentionCache, StaticKV
+from .saved_formats import stack_legacy_projections
 
 __all__ = ["MultiHeadAttention"]
 
@@ -55,11 +58,42 @@ class MultiHeadAttention(nn.Module):
         self.kdim, self.vdim = kdim or d_model, vdim or d_model
         self.dropout = dropout
         kv_width = num_kv_heads * self.head_dim
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(self.kdim, kv_width, bias=bias)
-        self.v_proj = nn.Linear(self.vdim, kv_width, bias=bias)
+        self.widths = (d_model, kv_width, kv_width)  # rows of W_Q, W_K, W_V
+        # Q, K and V read inputs of one width (self-attention, or cross-attention over memory
+        # as wide as the queries): their weights are stacked in one matrix, as in
+        # nn.MultiheadAttention, so self-attention projects with one matmul and trains one
+        # parameter.  Inputs of other widths (kdim/vdim) need three matrices.
+        self.packed = self.kdim == self.vdim == d_model
+        if self.packed:
+            self.in_proj_weight = nn.Parameter(torch.empty(sum(self.widths), d_model))
+            self.in_proj_bias = nn.Parameter(torch.empty(sum(self.widths))) if bias else None
+            self._reset_in_proj()
+        else:
+            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.k_proj = nn.Linear(self.kdim, kv_width, bias=bias)
+            self.v_proj = nn.Linear(self.vdim, kv_width, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.positions = positions
+
+    def projections(self) -> tuple[tuple[Tensor, Tensor | None], ...]:
+        """(weight, bias) of the Q, K and V projections, in that order: views into the
+        stacked matrix when packed (writing to them writes the layer's weights).  Shapes:
+        W_Q (D, D), W_K and W_V (Hkv * Dh, kdim / vdim); biases (rows,) or None."""
+        if not self.packed:
+            return tuple((p.weight, p.bias) for p in (self.q_proj, self.k_proj, self.v_proj))
+        weights = self.in_proj_weight.split(self.widths)
+        biases = (None,) * 3 if self.in_proj_bias is None else self.in_proj_bias.split(self.widths)
+        return tuple(zip(weights, biases, strict=True))
+
+    @torch.no_grad()
+    def _reset_in_proj(self) -> None:
+        # nn.Linear's initialisation, one projection at a time (the same numbers, drawn in the
+        # same order, as three separate Linears: seeded models keep their weights).
+        for weight, bias in self.projections():
+            nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+            if bias is not None:
+                bound = 1 / math.sqrt(weight.shape[1]) if weight.shape[1] else 0.0
+                nn.init.uniform_(bias, -bound, bound)
 
     def forward(
         self,
@@ -87,13 +121,13 @@ class MultiHeadAttention(nn.Module):
         """
         self._check_inputs(query, key, value, cache)
         if cache is not None and not cache.appends:  # fixed memory, projected once
-            q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Tq, Dh)
+            q = self._project_query(query)  # (B, H, Tq, Dh)
             k, v = cache.key, cache.value  # (B, Hkv, S, Dh)
         else:
             if key is None:  # self-attention: Q, K, V from one input in one matmul
                 q, k, v = self._project_self(query)
             else:
-                q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Tq, Dh)
+                q = self._project_query(query)  # (B, H, Tq, Dh)
                 k, v = self._project_kv(key, key if value is None else value)  # (B, Hkv, Tk, Dh)
             past = 0 if cache is None else cache.length  # positions before this call's
             if self.positions is not None:  # self-attention only (checked)
@@ -143,24 +177,39 @@ class MultiHeadAttention(nn.Module):
         return StaticKV(*self._project_kv(key, value))
 
     def _project_self(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """W_Q x, W_K x, W_V x as one matmul with the three weights stacked (what PyTorch's
-        packed in_proj does; the parameters stay three Linears).  Shapes: x (B, T, D) ->
-        q (B, H, T, Dh), k and v (B, Hkv, T, Dh)."""
-        projections = (self.q_proj, self.k_proj, self.v_proj)
-        weight = torch.cat([p.weight for p in projections])  # (D + 2 * Hkv * Dh, D)
-        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
-        kv_width = self.num_kv_heads * self.head_dim
-        q, k, v = F.linear(x, weight, bias).split([self.d_model, kv_width, kv_width], dim=-1)
+        """W_Q x, W_K x, W_V x in one matmul over the stacked weights.  Shapes: x (B, T, D)
+        -> q (B, H, T, Dh), k and v (B, Hkv, T, Dh)."""
+        if not self.packed:
+            return self._project_query(x), *self._project_kv(x, x)
+        q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).split(self.widths, dim=-1)
         return (
             split_heads(q, self.num_heads),
             split_heads(k, self.num_kv_heads),
             split_heads(v, self.num_kv_heads),
         )
 
+    def _project_query(self, query: Tensor) -> Tensor:
+        """Shapes: (B, Tq, D) -> (B, H, Tq, Dh)."""
+        return split_heads(F.linear(query, *self.projections()[0]), self.num_heads)
+
     def _project_kv(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        k = split_heads(self.k_proj(key), self.num_kv_heads)
-        v = split_heads(self.v_proj(value), self.num_kv_heads)
-        return k, v
+        """Shapes: key (B, Tk, kdim), value (B, Tk, vdim) -> k, v (B, Hkv, Tk, Dh); memory
+        that is both key and value takes one matmul over the stacked W_K, W_V."""
+        _, (w_k, b_k), (w_v, b_v) = self.projections()
+        if self.packed and key is value:
+            rows = slice(self.d_model, None)
+            bias = None if self.in_proj_bias is None else self.in_proj_bias[rows]
+            k, v = F.linear(key, self.in_proj_weight[rows], bias).chunk(2, dim=-1)
+        else:
+            k, v = F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+        return split_heads(k, self.num_kv_heads), split_heads(v, self.num_kv_heads)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # Checkpoints written before the projections were stacked hold three Linears
+        # (q_proj, k_proj, v_proj): stack them, so old runs keep loading.
+        if self.packed:
+            stack_legacy_projections(state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _check_inputs(self, query, key, value, cache) -> None:
         if query.dim() != 3 or query.shape[-1] != self.d_model:
@@ -223,10 +272,10 @@ class MultiHeadAttention(nn.Module):
             else:
                 weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)
             biases = module.in_proj_bias.chunk(3) if has_bias else (None, None, None)
-            for proj, w, b in zip((layer.q_proj, layer.k_proj, layer.v_proj), weights, biases):
-                proj.weight.copy_(w)
+            for (weight, bias), w, b in zip(layer.projections(), weights, biases, strict=True):
+                weight.copy_(w)
                 if b is not None:
-                    proj.bias.copy_(b)
+                    bias.copy_(b)
             layer.out_proj.weight.copy_(module.out_proj.weight)
             if has_bias:
                 layer.out_proj.bias.copy_(module.out_proj.bias)

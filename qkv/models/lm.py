@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from qkv.errors import InputError
 from qkv.layers.blocks import EncoderBlock
 from qkv.layers.cache import KVCache
+from qkv.layers.multihead import MultiHeadAttention
 from qkv.layers.position_registry import build_attention_positions, build_input_positions
 
 from .base import StepOutput
@@ -106,9 +107,15 @@ class TransformerLM(nn.Module):
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
                 std = residual_std if name.endswith(("out_proj", "contract")) else 0.02
-                nn.init.normal_(module.weight, std=std)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
+                parts = [(module.weight, module.bias)]
+            elif isinstance(module, MultiHeadAttention) and module.packed:
+                std, parts = 0.02, module.projections()  # W_Q, W_K, W_V one at a time
+            else:
+                continue
+            for weight, bias in parts:
+                nn.init.normal_(weight, std=std)
+                if bias is not None:
+                    nn.init.zeros_(bias)
         nn.init.normal_(self.token_embedding.weight, std=0.02)
 
     @property

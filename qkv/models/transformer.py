@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from qkv.functional import padding_mask
 from qkv.layers.blocks import DecoderBlock, DecoderLayerState, EncoderBlock
+from qkv.layers.multihead import MultiHeadAttention
 from qkv.layers.position_registry import build_attention_positions, build_input_positions
 
 from .base import Seq2SeqOutput, StepOutput
@@ -139,10 +140,17 @@ class Transformer(nn.Module):
         # Xavier for the blocks' matrices (as nn.Transformer); embeddings N(0, 1/d_model), so
         # that after the sqrt(d_model) scale tokens have unit variance, and a tied output
         # layer gives logits of unit variance.
+        # Attention's stacked W_Q, W_K, W_V are initialised one projection at a time.
+        stacked = {
+            id(layer.in_proj_weight): [weight for weight, _ in layer.projections()]
+            for layer in self.modules()
+            if isinstance(layer, MultiHeadAttention) and layer.packed
+        }
         for stack in (self.encoder, self.decoder):
             for name, parameter in stack.named_parameters():
                 if parameter.dim() > 1 and "norm" not in name:
-                    nn.init.xavier_uniform_(parameter)
+                    for part in stacked.get(id(parameter), [parameter]):
+                        nn.init.xavier_uniform_(part)
         # dict.fromkeys: shared embeddings initialised once, in a fixed order (a set's order
         # follows memory addresses, so the same seed gave different weights per process)
         for embedding in dict.fromkeys((self.source_embedding, self.target_embedding)):

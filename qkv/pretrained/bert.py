@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from qkv.layers.saved_formats import stack_legacy_projections
 from qkv.models.bert import BertConfig, BertModel
 
 __all__ = ["load_bert", "bert_config_from_hf", "BertTokenizer", "BertInputs"]
@@ -124,17 +125,20 @@ def _read_weights(folder: Path) -> dict[str, Tensor]:
 
 def _map_weights(weights: dict[str, Tensor], model: BertModel) -> dict[str, Tensor]:
     expected = model.state_dict()
-    mapped: dict[str, Tensor] = {}
+    renamed: dict[str, Tensor] = {}
+    source_of: dict[str, str] = {}
     unexpected: list[str] = []
     for name, tensor in weights.items():
         target = _qkv_name(name)
         if target is None:
             if not _IGNORED.match(name.removeprefix("bert.")):
                 unexpected.append(name)
-        elif target in expected:
-            mapped[target] = tensor
         else:
-            unexpected.append(name)
+            renamed[target], source_of[target] = tensor, name
+    for layer in range(model.config.num_layers):  # query, key, value -> one stacked matrix
+        stack_legacy_projections(renamed, f"encoder.layers.{layer}.self_attention.")
+    mapped = {name: tensor for name, tensor in renamed.items() if name in expected}
+    unexpected += [source_of.get(name, name) for name in renamed if name not in expected]
     missing = sorted(set(expected) - set(mapped))
     wrong_shape = [
         f"{name}: checkpoint {tuple(tensor.shape)} vs model {tuple(expected[name].shape)}"

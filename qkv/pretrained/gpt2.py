@@ -146,11 +146,10 @@ def _qkv_state_dict(stored: dict[str, Tensor], config: TransformerLMConfig) -> d
     out["final_norm.weight"], out["final_norm.bias"] = take("ln_f.weight"), take("ln_f.bias")
     for i in range(config.num_layers):
         ours, theirs = f"blocks.{i}.", f"h.{i}."
-        weight = take(theirs + "attn.c_attn.weight").t()  # (3D, D): Q, K, V stacked
-        bias = take(theirs + "attn.c_attn.bias")
-        for proj, w, b in zip(("q", "k", "v"), weight.chunk(3), bias.chunk(3), strict=True):
-            out[f"{ours}self_attention.{proj}_proj.weight"] = w.contiguous()
-            out[f"{ours}self_attention.{proj}_proj.bias"] = b
+        # (D, 3D) Conv1D -> (3D, D): Q, K, V stacked, as qkv stores them
+        weight = take(theirs + "attn.c_attn.weight").t().contiguous()
+        out[f"{ours}self_attention.in_proj_weight"] = weight
+        out[f"{ours}self_attention.in_proj_bias"] = take(theirs + "attn.c_attn.bias")
         for their_name, our_name in _BLOCK_NAMES.items():
             weight = take(f"{theirs}{their_name}.weight")
             out[f"{ours}{our_name}.weight"] = (

@@ -12,7 +12,7 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from ..errors import RunError
+from ..errors import CheckpointError, RunError
 from ..models.registry import config_to_dict, model_type_of
 from .checkpoint import load_trainer_state, load_weights, read_pointer, save_checkpoint
 from .config import TrainConfig
@@ -109,7 +109,15 @@ def restore_run(
         directory=directory,
     )
     load_weights(model, directory, map_location=context.device)
-    optimizer.load_state_dict(saved["optimizer"])
+    try:
+        optimizer.load_state_dict(saved["optimizer"])
+    except ValueError as error:  # torch: parameter groups of another size
+        raise CheckpointError(
+            f"the optimizer state in {directory} does not fit this model's parameters ({error}); "
+            "a run saved by a qkv before attention stacked W_Q, W_K, W_V in one matrix "
+            "resumes only with that version: finish it there, or start a new run (its "
+            "weights still load for evaluation and generation)"
+        ) from None
     scheduler.load_state_dict(saved["scheduler"])
     return TrainerState.from_dict(saved["state"]), saved["rng"]
 

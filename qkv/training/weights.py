@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from ..errors import CheckpointError
+from ..layers.saved_formats import stack_legacy_projections
 from ..models.registry import build_model
 
 __all__ = ["weights_for_saving", "load_weights", "count_parameters", "MAX_PARAMETERS"]
@@ -107,6 +108,9 @@ def _encode(aliases: dict[str, str]) -> str:
 
 def _check_matches(model: nn.Module, found: dict[str, tuple], weights_file: Path) -> None:
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    for name in expected:  # older checkpoints: attention's Q, K, V as three Linears
+        if name.endswith("in_proj_weight"):
+            stack_legacy_projections(found, name.removesuffix("in_proj_weight"))
     missing = sorted(set(expected) - set(found))
     unexpected = sorted(set(found) - set(expected))
     mismatched = [
