@@ -9,6 +9,7 @@ import torch
 
 from ..errors import InputError
 from ..training import TrainConfig, TrainResult
+from ..training.config import SCHEDULES
 from ..training.recipes import RECIPES, WARMUP_FRACTION, UserSchedule
 
 _DEFAULTS = TrainConfig()
@@ -53,9 +54,26 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--schedule",
-        choices=["inverse_sqrt", "cosine"],
-        default=_DEFAULTS.schedule,
-        help="learning-rate schedule after warm-up",
+        choices=list(SCHEDULES),
+        help="learning-rate schedule after warm-up: inverse_sqrt (lr * sqrt(warm-up / step)), "
+        "cosine (down to 0 at the last step) or plateau (constant, lowered when the "
+        "validation loss stops improving; see --plateau-factor, --plateau-patience) "
+        f"(default: {_DEFAULTS.schedule}; translation --size small-data: plateau)",
+    )
+    group.add_argument(
+        "--plateau-factor",
+        type=float,
+        default=_DEFAULTS.plateau_factor,
+        help="--schedule plateau: multiply the lr by this, in (0, 1), at each plateau "
+        f"(default: {_DEFAULTS.plateau_factor})",
+    )
+    group.add_argument(
+        "--plateau-patience",
+        type=int,
+        default=_DEFAULTS.plateau_patience,
+        help="--schedule plateau: validations without a lower validation loss before the lr "
+        f"is lowered (default: {_DEFAULTS.plateau_patience}); give early stopping's "
+        "--patience a larger value, or the lower rates are never tried",
     )
     group.add_argument(
         "--warmup-steps",
@@ -67,8 +85,8 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--label-smoothing",
         type=float,
-        default=_DEFAULTS.label_smoothing,
-        help=f"default: {_DEFAULTS.label_smoothing}",
+        help="epsilon of label-smoothed cross-entropy, 0 = off (default: "
+        f"{_DEFAULTS.label_smoothing}, or the recipe's)",
     )
     group.add_argument(
         "--clip-norm",
@@ -123,9 +141,13 @@ def train_config_from(args: argparse.Namespace) -> TrainConfig:
         torch.set_num_threads(args.threads)
     values = dict(
         lr=_DEFAULTS.lr if args.lr is None else args.lr,
-        schedule=args.schedule,
+        schedule=_DEFAULTS.schedule if args.schedule is None else args.schedule,
+        plateau_factor=args.plateau_factor,
+        plateau_patience=args.plateau_patience,
         warmup_steps=_DEFAULTS.warmup_steps if args.warmup_steps is None else args.warmup_steps,
-        label_smoothing=args.label_smoothing,
+        label_smoothing=(
+            _DEFAULTS.label_smoothing if args.label_smoothing is None else args.label_smoothing
+        ),
         clip_norm=args.clip_norm,
         accumulate=args.accumulate,
         bf16=args.bf16,
@@ -148,8 +170,15 @@ def train_config_from(args: argparse.Namespace) -> TrainConfig:
 
 
 def user_schedule_from(args: argparse.Namespace) -> UserSchedule:
-    """The learning rate, warm-up and batch tokens the user gave (None: the recipe's)."""
-    return UserSchedule(lr=args.lr, warmup_steps=args.warmup_steps, max_tokens=args.max_tokens)
+    """The learning rate, warm-up, batch tokens, schedule and label smoothing the user gave
+    (None: the recipe's)."""
+    return UserSchedule(
+        lr=args.lr,
+        warmup_steps=args.warmup_steps,
+        max_tokens=args.max_tokens,
+        schedule=args.schedule,
+        label_smoothing=args.label_smoothing,
+    )
 
 
 def run_training(train: Callable[..., TrainResult], setup: object, args: argparse.Namespace) -> int:

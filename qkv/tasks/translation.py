@@ -1,7 +1,7 @@
 """Training a translator: data -> tokenizer -> model -> the shared trainer.
 
 Every translation model (``transformer``, ``rnn-attention``, ``rnn``) goes through the same
-function; only :data:`MODEL_BUILDERS` knows how to size each one.
+function; only :data:`MODEL_BUILDERS` (``translation_models``) knows how to size each one.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -26,10 +25,16 @@ from ..data import (
 )
 from ..data.tokenizers import Tokenizer
 from ..errors import CheckpointError, DataError, InputError, RunError
-from ..models import RNNConfig, TransformerConfig, build_model
 from ..training import TrainConfig, TrainResult, load_checkpoint, read_pointer, train
 from ..training.recipes import UserSchedule, fit_train_config, recipe_for, resumed_schedule
 from ..training.state import default_batches
+from .translation_models import (
+    DEFAULT_VOCAB_SIZE,
+    MODEL_BUILDERS,
+    SIZES,
+    SMALL_DATA_VOCAB_SIZE,
+    build_translation_model,
+)
 from .translator import Translator, reading_errors
 
 __all__ = ["TranslationSetup", "MODEL_BUILDERS", "build_translation_model", "train_translation"]
@@ -47,11 +52,18 @@ class TranslationSetup:
         own valid split, or no validation).
     model: "transformer", "rnn-attention" or "rnn" (the no-attention baseline).
     size: "small" (CPU-sized, for the dates task), "medium" (for corpora of ~10-100k
-        sentence pairs such as ding-de-en: a 3 + 3 block, 256-wide Transformer, dropout 0.3)
-        or "base" (the paper's Transformer; a 512-wide RNN).
+        sentence pairs such as ding-de-en: a 3 + 3 block, 256-wide Transformer, dropout 0.3),
+        "small-data" (the published low-resource recipes: ``medium``'s widths with attention,
+        activation and word dropout, 4,000 BPE tokens, the plateau schedule; see
+        ``translation_models.SMALL_DATA_TRANSFORMER``) or "base" (the paper's Transformer;
+        a 512-wide RNN).
     dropout: overrides the size's dropout (None: keep it).
+    attention_dropout / activation_dropout / word_dropout: override the size's rates of the
+        Transformer's dropout sites (see ``TransformerConfig``; None: keep them).  The RNNs
+        have none of them, so setting one for an RNN is refused.
     score: the RNN's attention score ("additive", "dot", "general").
-    tokenizer: "auto" (char for dates, BPE otherwise), "char" or "bpe"; vocab_size for BPE.
+    tokenizer: "auto" (char for dates, BPE otherwise), "char" or "bpe"; vocab_size for BPE
+        (None: 4,000 for ``small-data``, 8,000 otherwise).
     max_len: longest source / target in tokens; longer ones are truncated with a warning.
     max_words: drop training pairs with more source words than this (None: keep all).
     valid_bleu_sentences: how many validation sentences are decoded (greedy) for BLEU.
@@ -62,9 +74,12 @@ class TranslationSetup:
     model: str = "transformer"
     size: str = "small"
     dropout: float | None = None
+    attention_dropout: float | None = None
+    activation_dropout: float | None = None
+    word_dropout: float | None = None
     score: str = "additive"
     tokenizer: str = "auto"
-    vocab_size: int = 8000
+    vocab_size: int | None = None
     max_len: int = 128
     max_words: int | None = None
     valid_bleu_sentences: int = 300
@@ -78,71 +93,40 @@ class TranslationSetup:
             raise InputError(f"unknown size {self.size!r}; choose from {list(SIZES)}")
         if self.tokenizer not in TOKENIZERS:
             raise InputError(f"unknown tokenizer {self.tokenizer!r}; choose from {TOKENIZERS}")
-        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            raise InputError(f"dropout={self.dropout} must lie in [0, 1)")
-        for name, least in (("vocab_size", 8), ("max_len", 1), ("valid_bleu_sentences", 0)):
+        for name, rate in self.dropout_overrides().items():
+            if not 0.0 <= rate < 1.0:
+                raise InputError(f"{name}={rate} must lie in [0, 1)")
+            if name != "dropout" and self.model != "transformer":
+                raise InputError(
+                    f"{name}={rate} is a Transformer dropout site; model={self.model!r} has "
+                    "none (its only rate is dropout)"
+                )
+        if self.vocab_size is not None:
+            _check_count("vocab_size", self.vocab_size, 8)
+        for name, least in (("max_len", 1), ("valid_bleu_sentences", 0)):
             _check_count(name, getattr(self, name), least)
         if self.max_words is not None:
             _check_count("max_words", self.max_words, 1)
 
+    def dropout_overrides(self) -> dict[str, float]:
+        """The dropout rates given, by config field name (None: the size's)."""
+        names = ("dropout", "attention_dropout", "activation_dropout", "word_dropout")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
-SIZES = ("small", "medium", "base")
+    @property
+    def bpe_vocab_size(self) -> int:
+        """The BPE vocabulary to train: ``vocab_size``, or the size's default."""
+        if self.vocab_size is not None:
+            return self.vocab_size
+        return SMALL_DATA_VOCAB_SIZE if self.size == "small-data" else DEFAULT_VOCAB_SIZE
+
+
 TOKENIZERS = ("auto", "char", "bpe")
 
 
 def _check_count(name: str, value: object, least: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise InputError(f"{name}={value!r} must be a whole number >= {least}")
-
-
-_MEDIUM_TRANSFORMER = dict(
-    d_model=256, num_heads=4, num_encoder_layers=3, num_decoder_layers=3, d_ff=1024, dropout=0.3
-)
-
-
-def _dropout(setup: TranslationSetup) -> dict[str, float]:
-    return {} if setup.dropout is None else {"dropout": setup.dropout}
-
-
-def _transformer(setup: TranslationSetup, vocab_size: int) -> TransformerConfig:
-    preset = TransformerConfig.base if setup.size == "base" else TransformerConfig.small
-    fields = _MEDIUM_TRANSFORMER if setup.size == "medium" else {}
-    return preset(
-        vocab_size,
-        share_embeddings=True,
-        tie_output=True,
-        max_len=setup.max_len + 2,
-        **{**fields, **_dropout(setup)},
-    )
-
-
-def _rnn(attention: str | None) -> Callable[[TranslationSetup, int], RNNConfig]:
-    def build(setup: TranslationSetup, vocab_size: int) -> RNNConfig:
-        width = 512 if setup.size == "base" else 256
-        dropout = {"dropout": 0.3} if setup.size == "medium" else {}
-        return RNNConfig(
-            vocab_size,
-            embedding_dim=width,
-            hidden_dim=width,
-            **{**dropout, **_dropout(setup)},
-            attention=setup.score if attention is None else attention,
-            share_embeddings=True,
-            max_len=setup.max_len + 2,
-        )
-
-    return build
-
-
-#: model type -> config builder(setup, joint vocabulary size)
-MODEL_BUILDERS: dict[str, Callable[[TranslationSetup, int], Any]] = {
-    "transformer": _transformer,
-    "rnn-attention": _rnn(None),
-    "rnn": _rnn("none"),
-}
-
-
-def build_translation_model(setup: TranslationSetup, vocab_size: int) -> nn.Module:
-    return build_model(setup.model, MODEL_BUILDERS[setup.model](setup, vocab_size))
 
 
 def _splits(setup: TranslationSetup) -> tuple[list, list]:
@@ -168,7 +152,7 @@ def _named_corpora() -> list[str]:
 
 def _tokenizer(setup: TranslationSetup, train_pairs: list) -> Tokenizer:
     kind = default_tokenizer_kind(setup.data) if setup.tokenizer == "auto" else setup.tokenizer
-    return train_tokenizer(kind, training_texts(train_pairs), vocab_size=setup.vocab_size)
+    return train_tokenizer(kind, training_texts(train_pairs), vocab_size=setup.bpe_vocab_size)
 
 
 def train_translation(
@@ -236,6 +220,12 @@ def train_translation(
         metadata["schedule"] = chosen.as_dict()
         if say is not None:
             say(chosen.describe())
+    if valid_data is None and config.schedule == "plateau":
+        raise InputError(
+            f"the plateau schedule (--size {setup.size}'s, or --schedule plateau) lowers the lr "
+            f"when the validation loss stalls, and {setup.data!r} has no validation split: "
+            "give --valid, or --schedule inverse_sqrt"
+        )
     return train(
         model,
         train_data,

@@ -9,7 +9,7 @@ from typing import Any
 
 __all__ = ["TrainConfig", "SCHEDULES", "RESUME_MAY_CHANGE"]
 
-SCHEDULES = ("inverse_sqrt", "cosine")
+SCHEDULES = ("inverse_sqrt", "cosine", "plateau")
 DEVICES = ("auto", "cpu", "cuda")
 
 #: Fields a resumed run may change: budgets and bookkeeping.  Every other field shapes the
@@ -24,10 +24,18 @@ class TrainConfig:
     """How to train.  A *step* is one optimizer update (``accumulate`` batches per rank).
 
     lr: peak learning rate, reached at the end of warm-up.
-    schedule: "inverse_sqrt" (Vaswani et al. 2017: linear warm-up then lr * sqrt(warmup/step))
-        or "cosine" (linear warm-up then half a cosine down to ``min_lr`` at the last step).
+    schedule: "inverse_sqrt" (Vaswani et al. 2017: linear warm-up then lr * sqrt(warmup/step)),
+        "cosine" (linear warm-up then half a cosine down to ``min_lr`` at the last step) or
+        "plateau" (linear warm-up then constant, multiplied by ``plateau_factor`` each time
+        the validation loss has not improved for ``plateau_patience`` validations, as the
+        low-resource recipes do; needs validation data).  The plateau schedule watches the
+        validation loss even when BLEU picks the best checkpoint.
     warmup_steps: steps of linear warm-up (0 = none).
-    min_lr: the floor of the cosine schedule.
+    min_lr: the floor of the cosine and plateau schedules.
+    plateau_factor: the plateau schedule's decay, in (0, 1).
+    plateau_patience: validations without improvement before the plateau schedule decays
+        (>= 1).  With early stopping, set ``patience`` larger (say 2-3 decays' worth), or
+        training stops before the lower lr has been tried; nothing enforces it.
     weight_decay: AdamW decoupled weight decay, applied to matrices (not biases or norms).
     betas: AdamW's (beta1, beta2).
     label_smoothing: epsilon of label-smoothed cross-entropy (0 = plain cross-entropy).
@@ -51,6 +59,8 @@ class TrainConfig:
     schedule: str = "inverse_sqrt"
     warmup_steps: int = 4000
     min_lr: float = 0.0
+    plateau_factor: float = 0.5
+    plateau_patience: int = 2
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.98)
     label_smoothing: float = 0.1
@@ -76,6 +86,9 @@ class TrainConfig:
         _check_int("warmup_steps", self.warmup_steps, minimum=0)
         if not 0.0 <= self.min_lr <= self.lr:
             raise ValueError(f"min_lr={self.min_lr} must lie in [0, lr={self.lr}]")
+        if not (isinstance(self.plateau_factor, (int, float)) and 0.0 < self.plateau_factor < 1.0):
+            raise ValueError(f"plateau_factor={self.plateau_factor!r} must lie in (0, 1)")
+        _check_int("plateau_patience", self.plateau_patience, minimum=1)
         if not 0.0 <= self.weight_decay < 1.0:
             raise ValueError(f"weight_decay={self.weight_decay} must lie in [0, 1)")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):

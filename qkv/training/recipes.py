@@ -9,10 +9,14 @@ leaves warm-up in a CPU run of a few hundred steps, and such a run learns nothin
   :data:`WARMUP_FRACTION` of them (the peak is reached early, whatever the budget);
 - planned steps = the smallest budget: ``max_steps``, ``epochs`` x updates per epoch, and
   for ``max_minutes`` the minutes x a steps/s measured on a few real batches before the run;
-- a value the user gave (``lr``, ``warmup_steps``) always wins.
+- a recipe may also name the schedule after warm-up and the label smoothing (the
+  ``small-data`` sizes: the plateau schedule, smoothing 0.1); otherwise they are the
+  trainer's (inverse square root, 0.1);
+- a value the user gave (``lr``, ``warmup_steps``, ``max_tokens``, ``schedule``,
+  ``label_smoothing``) always wins.
 
-The schedule after warm-up is the trainer's (inverse square root by default), which needs
-no step count, so an estimate that is off only moves where the warm-up ends.
+Neither the inverse square root nor the plateau schedule needs a step count, so an estimate
+that is off only moves where the warm-up ends.
 """
 
 from __future__ import annotations
@@ -59,23 +63,36 @@ WARMUP_FRACTION = 0.2
 class Recipe:
     """Peak learning rate, the warm-up of a long run, and the tokens per batch, for one
     family and size.  Small models take small batches: on a CPU, more updates of a
-    quarter of the tokens learn the small tasks faster than fewer large ones."""
+    quarter of the tokens learn the small tasks faster than fewer large ones.
+    ``schedule`` / ``label_smoothing``: None leaves the trainer's (TrainConfig's)."""
 
     lr: float
     warmup_steps: int
     max_tokens: int
+    schedule: str | None = None
+    label_smoothing: float | None = None
 
 
 #: (family, size) -> recipe.  Families: "transformer", "rnn" (with or without attention),
 #: "captioner" (size "default").  Small sizes: measured on `dates` and the scenes (see
 #: docs/results.md, "Defaults that learn"); base: the papers' settings (Vaswani et al. 2017).
+#: small-data: the low-resource recipes (Sennrich & Zhang 2019, Araabi & Monz 2020: a higher
+#: peak with warm-up, then decay on plateau, label smoothing 0.1); values from the published
+#: recipes; measurement on ding valid: see docs/results.md.  The model sizes are in
+#: ``qkv.tasks.translation_models``.
 RECIPES: dict[tuple[str, str], Recipe] = {
     ("transformer", "small"): Recipe(lr=3e-3, warmup_steps=200, max_tokens=512),
     ("transformer", "medium"): Recipe(lr=1e-3, warmup_steps=1000, max_tokens=4096),
     ("transformer", "base"): Recipe(lr=5e-4, warmup_steps=4000, max_tokens=4096),
+    ("transformer", "small-data"): Recipe(
+        lr=1e-3, warmup_steps=1000, max_tokens=2048, schedule="plateau", label_smoothing=0.1
+    ),
     ("rnn", "small"): Recipe(lr=3e-3, warmup_steps=100, max_tokens=1024),
     ("rnn", "medium"): Recipe(lr=1e-3, warmup_steps=200, max_tokens=4096),
     ("rnn", "base"): Recipe(lr=1e-3, warmup_steps=1000, max_tokens=4096),
+    ("rnn", "small-data"): Recipe(
+        lr=1e-3, warmup_steps=300, max_tokens=2048, schedule="plateau", label_smoothing=0.1
+    ),
     ("captioner", "default"): Recipe(lr=2e-3, warmup_steps=100, max_tokens=2048),
 }
 
@@ -92,29 +109,38 @@ def recipe_for(family: str, size: str) -> Recipe:
 
 @dataclass(frozen=True)
 class UserSchedule:
-    """The learning rate, warm-up and batch tokens a user gave (None: the recipe chooses)."""
+    """The learning rate, warm-up, batch tokens, schedule and label smoothing a user gave
+    (None: the recipe chooses)."""
 
     lr: float | None = None
     warmup_steps: int | None = None
     max_tokens: int | None = None
+    schedule: str | None = None
+    label_smoothing: float | None = None
 
 
 @dataclass(frozen=True)
 class ChosenSchedule:
-    """The peak learning rate, warm-up and batch a run uses, and why (for its metadata)."""
+    """The peak learning rate, warm-up and batch a run uses, and why (for its metadata);
+    ``schedule`` / ``label_smoothing`` None: the run's TrainConfig keeps its own."""
 
     lr: float
     warmup_steps: int
     max_tokens: int
     reason: str
+    schedule: str | None = None
+    label_smoothing: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def describe(self) -> str:
+        after = "" if self.schedule is None else f", {self.schedule} schedule"
+        if self.label_smoothing is not None:
+            after += f", label smoothing {self.label_smoothing:g}"
         return (
             f"schedule: peak lr {self.lr:g}, {self.warmup_steps} warm-up steps, batches of "
-            f"{self.max_tokens} tokens ({self.reason})"
+            f"{self.max_tokens} tokens{after} ({self.reason})"
         )
 
 
@@ -138,8 +164,9 @@ def planned_steps(
 
 
 def choose_schedule(recipe: Recipe, user: UserSchedule, *, planned: int | None) -> ChosenSchedule:
-    """The rule: the recipe's peak, batch and warm-up, the warm-up cut to
-    ``WARMUP_FRACTION`` of ``planned`` steps when that is shorter; what the user gave wins."""
+    """The rule: the recipe's peak, batch, warm-up, schedule and label smoothing, the warm-up
+    cut to ``WARMUP_FRACTION`` of ``planned`` steps when that is shorter; what the user gave
+    wins."""
     lr = recipe.lr if user.lr is None else user.lr
     max_tokens = recipe.max_tokens if user.max_tokens is None else user.max_tokens
     why = [f"lr {'recipe' if user.lr is None else 'given'}"]
@@ -150,7 +177,9 @@ def choose_schedule(recipe: Recipe, user: UserSchedule, *, planned: int | None) 
         why.append(f"warm-up {WARMUP_FRACTION:.0%} of ~{planned} planned steps")
     else:
         warmup, why = recipe.warmup_steps, [*why, "warm-up recipe"]
-    return ChosenSchedule(lr, warmup, max_tokens, ", ".join(why))
+    schedule = recipe.schedule if user.schedule is None else user.schedule
+    smoothing = recipe.label_smoothing if user.label_smoothing is None else user.label_smoothing
+    return ChosenSchedule(lr, warmup, max_tokens, ", ".join(why), schedule, smoothing)
 
 
 def measure_steps_per_second(
@@ -208,19 +237,31 @@ def fit_train_config(
             chosen, reason=f"{chosen.reason}; {speed:.2f} steps/s measured"
         )
     fitted = dataclasses.replace(
-        batched, lr=chosen.lr, warmup_steps=chosen.warmup_steps, max_tokens=chosen.max_tokens
+        batched,
+        lr=chosen.lr,
+        warmup_steps=chosen.warmup_steps,
+        max_tokens=chosen.max_tokens,
+        schedule=chosen.schedule or config.schedule,
+        label_smoothing=(
+            config.label_smoothing if chosen.label_smoothing is None else chosen.label_smoothing
+        ),
+    )
+    chosen = dataclasses.replace(
+        chosen, schedule=fitted.schedule, label_smoothing=fitted.label_smoothing
     )
     return fitted, chosen
 
 
 def resumed_schedule(out_dir: str | Path, user: UserSchedule) -> UserSchedule:
-    """A resumed run keeps the learning rate, warm-up and batch tokens it started with (the
-    trainer refuses to resume with others) where the user does not give them again."""
+    """A resumed run keeps the learning rate, warm-up, batch tokens, schedule and label
+    smoothing it started with (the trainer refuses to resume with others) where the user
+    does not give them again."""
     last = read_pointer(out_dir, "last")
     if last is None:
         return user  # nothing to resume: the task says so in its own words
     saved = load_trainer_state(last)["train_config"]
     kept = {name: saved[name] for name in ("lr", "warmup_steps", "max_tokens")}
+    kept |= {name: saved[name] for name in ("schedule", "label_smoothing") if name in saved}
     given = {name: value for name, value in dataclasses.asdict(user).items() if value is not None}
     return UserSchedule(**{**kept, **given})
 

@@ -46,6 +46,8 @@ def start_or_resume(
         warmup_steps=config.warmup_steps,
         total_steps=length,
         floor=config.min_lr / config.lr,
+        plateau_factor=config.plateau_factor,
+        plateau_patience=config.plateau_patience,
     )
     if saved is None:
         seed_everything(config.seed + context.rank)  # dropout differs across ranks

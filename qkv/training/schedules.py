@@ -3,6 +3,12 @@
 ``LambdaLR`` asks for the multiplier of update ``i`` (0-based: ``lambda(0)`` sets the lr of the
 first update), so the functions below are written in 1-based update numbers ``step = i + 1``;
 that way the first update has a non-zero lr and update number ``warmup_steps`` has the peak.
+
+The plateau schedule also listens to the validations: ``PlateauLR.observe(valid_loss)``
+(the trainer calls it after each validation) lowers the multiplier when the loss stops
+improving.  Its state lives in ``PlateauMultiplier``'s attributes, which ``LambdaLR``'s
+``state_dict`` saves for callable objects, so a resumed run continues with the same lr and
+counters.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ __all__ = [
     "cosine_multiplier",
     "inverse_sqrt_schedule",
     "cosine_schedule",
+    "PlateauMultiplier",
+    "PlateauLR",
     "build_schedule",
 ]
 
@@ -68,6 +76,91 @@ def cosine_schedule(
     )
 
 
+class PlateauMultiplier:
+    """Linear warm-up to 1 over ``warmup_steps``, then constant; the constant (``scale``) is
+    multiplied by ``factor`` each time the validation loss has not improved (strictly
+    decreased below its best) for ``patience`` validations in a row, never below ``floor``.
+
+    Validations before warm-up ends (``step < warmup_steps``) set the best loss but never
+    count against it: the lr is still rising.  After a decay the count starts again, so the
+    next decay needs ``patience`` more validations without improvement.  A NaN loss never
+    improves.  The attributes are the whole state (``LambdaLR`` checkpoints them).
+    """
+
+    def __init__(self, *, warmup_steps: int, factor: float, patience: int, floor: float = 0.0):
+        if not 0.0 < factor < 1.0:
+            raise ValueError(f"plateau_factor={factor} must lie in (0, 1) (it lowers the lr)")
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+            raise ValueError(f"plateau_patience={patience!r} must be a whole number >= 1")
+        if not 0.0 <= floor <= 1.0:
+            raise ValueError(f"floor={floor} must lie in [0, 1] (a fraction of the peak lr)")
+        self.warmup_steps = warmup_steps
+        self.factor = factor
+        self.patience = patience
+        self.floor = floor
+        self.scale = 1.0
+        self.best: float | None = None
+        self.bad_validations = 0
+
+    def __call__(self, index: int) -> float:
+        """The multiplier of update ``index + 1`` (``LambdaLR``'s 0-based convention)."""
+        step = index + 1
+        warm = min(step / self.warmup_steps, 1.0) if self.warmup_steps > 0 else 1.0
+        return warm * self.scale
+
+    def observe(self, valid_loss: float, *, step: int) -> bool:
+        """Record the validation loss measured after ``step`` updates; True when the
+        multiplier decayed."""
+        if not math.isnan(valid_loss) and (self.best is None or valid_loss < self.best):
+            self.best, self.bad_validations = valid_loss, 0
+            return False
+        if step < self.warmup_steps:
+            return False
+        self.bad_validations += 1
+        if self.bad_validations < self.patience:
+            return False
+        self.bad_validations = 0
+        lowered = max(self.scale * self.factor, self.floor)
+        decayed = lowered < self.scale
+        self.scale = lowered
+        return decayed
+
+
+class PlateauLR(LambdaLR):
+    """Warm-up, then a constant lr lowered on validation plateaus (``PlateauMultiplier``).
+
+    ``observe`` changes the lr of the *next* update at once (the optimizer's param groups
+    and ``get_last_lr``), not one step later."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        *,
+        warmup_steps: int,
+        factor: float,
+        patience: int,
+        floor: float = 0.0,
+    ):
+        multiplier = PlateauMultiplier(
+            warmup_steps=warmup_steps, factor=factor, patience=patience, floor=floor
+        )
+        super().__init__(optimizer, multiplier)
+
+    @property
+    def multiplier(self) -> PlateauMultiplier:
+        return self.lr_lambdas[0]  # LambdaLR shares the one object across param groups
+
+    def observe(self, valid_loss: float) -> bool:
+        """Record a validation loss; True when the lr decayed."""
+        if not self.multiplier.observe(valid_loss, step=self.last_epoch):
+            return False
+        rates = [base * self.multiplier(self.last_epoch) for base in self.base_lrs]
+        for group, lr in zip(self.optimizer.param_groups, rates, strict=True):
+            group["lr"] = lr
+        self._last_lr = rates  # what LRScheduler.step would have set: get_last_lr reads it
+        return True
+
+
 def build_schedule(
     name: str,
     optimizer: Optimizer,
@@ -75,8 +168,19 @@ def build_schedule(
     warmup_steps: int,
     total_steps: int | None = None,
     floor: float = 0.0,
+    plateau_factor: float = 0.5,
+    plateau_patience: int = 2,
 ) -> LambdaLR:
-    """The schedule called ``name`` ("inverse_sqrt" or "cosine")."""
+    """The schedule called ``name`` ("inverse_sqrt", "cosine" or "plateau"); ``floor`` is
+    the lowest lr of the cosine and plateau schedules, as a fraction of the peak."""
+    if name == "plateau":
+        return PlateauLR(
+            optimizer,
+            warmup_steps=warmup_steps,
+            factor=plateau_factor,
+            patience=plateau_patience,
+            floor=floor,
+        )
     if name == "inverse_sqrt":
         return inverse_sqrt_schedule(optimizer, warmup_steps=warmup_steps)
     if name == "cosine":
@@ -85,7 +189,7 @@ def build_schedule(
         return cosine_schedule(
             optimizer, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor
         )
-    raise ValueError(f"unknown schedule {name!r}; use 'inverse_sqrt' or 'cosine'")
+    raise ValueError(f"unknown schedule {name!r}; use 'inverse_sqrt', 'cosine' or 'plateau'")
 
 
 def _one_based(multiplier: Callable[..., float], **kwargs: float) -> Callable[[int], float]:

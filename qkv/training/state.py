@@ -187,7 +187,9 @@ def check_resumable(
         differences.append(f"model_type {saved['model_type']!r} -> {model_type!r}")
     differences += _differing("model", saved["model_config"], model_config)
     current = train_config.to_dict()
-    old = {k: v for k, v in saved["train_config"].items() if k not in RESUME_MAY_CHANGE}
+    # a field newer than the checkpoint was trained at its default (e.g. plateau_factor)
+    saved_config = {**TrainConfig().to_dict(), **saved["train_config"]}
+    old = {k: v for k, v in saved_config.items() if k not in RESUME_MAY_CHANGE}
     new = {k: v for k, v in current.items() if k not in RESUME_MAY_CHANGE}
     differences += _differing("train", old, new)
     if saved["data_fingerprint"] != fingerprint:

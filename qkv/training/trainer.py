@@ -43,7 +43,7 @@ from .state import (
     total_steps,
 )
 from .step import TrainStep
-from .validation import update_best, validate
+from .validation import record_validation, validate
 
 __all__ = ["Trainer", "TrainResult", "TrainingInterrupted", "train"]
 
@@ -94,6 +94,8 @@ class Trainer:
                 raise TypeError(f"{name} needs len(), source_lengths, target_lengths, collate()")
         if valid_data is None and config.patience is not None:
             raise InputError(f"patience={config.patience} needs valid_data to validate on")
+        if valid_data is None and config.schedule == "plateau":
+            raise InputError("schedule='plateau' needs valid_data: it decays on validation loss")
         self.model_type = model_type_of(model)  # refuses unregistered models early
         self.model, self.config, self.evaluate = model, config, evaluate
         self.train_data, self.valid_data = train_data, valid_data
@@ -268,13 +270,14 @@ class Trainer:
                 evaluate=self.evaluate,
                 autocast=self.train_step.autocast,
             )
-        improved = bool(self.valid_metrics) and update_best(state, self.valid_metrics)
+        improved = record_validation(state, self.valid_metrics, self.scheduler)
         if self.valid_metrics:
             self.log.write(
                 "valid",
                 step=state.step,
                 epoch=state.epoch,
                 best=improved,
+                lr=self.scheduler.get_last_lr()[0],  # of the next step (a plateau lowers it)
                 elapsed=self._elapsed(),
                 **self.valid_metrics,
             )

@@ -8,13 +8,22 @@ from contextlib import AbstractContextManager
 
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
 
 from ..data.batch import PAD_ID
 from .distributed import DistributedContext, all_reduce_sum, broadcast_object
 from .loss import sequence_loss
+from .schedules import PlateauLR
 from .state import BatchSampler, TrainerState, TrainingData
 
-__all__ = ["validate", "validation_loss", "choose_metric", "improves", "update_best"]
+__all__ = [
+    "validate",
+    "validation_loss",
+    "choose_metric",
+    "improves",
+    "update_best",
+    "record_validation",
+]
 
 #: Metrics where larger is better; every other metric (losses) is better when smaller.
 HIGHER_IS_BETTER = frozenset({"bleu", "chrf", "accuracy"})
@@ -92,3 +101,16 @@ def update_best(state: TrainerState, metrics: dict[str, float]) -> bool:
         return True
     state.bad_validations += 1
     return False
+
+
+def record_validation(
+    state: TrainerState, metrics: dict[str, float], scheduler: LRScheduler
+) -> bool:
+    """After a validation: track the best (``update_best``) and tell a plateau schedule the
+    validation loss (it may lower the lr of the next step).  True when this one is the best;
+    no metrics (no validation data) is never the best."""
+    if not metrics:
+        return False
+    if isinstance(scheduler, PlateauLR):
+        scheduler.observe(metrics["valid_loss"])
+    return update_best(state, metrics)

@@ -1,0 +1,107 @@
+"""`--size small-data`: the published low-resource recipes for each translation model
+family; the preset's values, the flags that override them, and a run of each family."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qkv.cli.main import main
+from qkv.errors import InputError
+from qkv.tasks.translation import TranslationSetup, build_translation_model
+from qkv.training.checkpoint import load_trainer_state
+from qkv.training.recipes import UserSchedule, choose_schedule, recipe_for
+
+FAMILIES = ["transformer", "rnn-attention", "rnn"]
+
+
+def test_the_transformer_preset_is_the_low_resource_recipe():
+    config = build_translation_model(TranslationSetup(size="small-data"), 100).config
+    sizes = (config.d_model, config.num_heads, config.num_encoder_layers, config.d_ff)
+    assert sizes == (256, 4, 3, 1024) and config.num_decoder_layers == 3
+    assert config.norm_first and config.uses_final_norm
+    rates = (config.dropout, config.attention_dropout, config.activation_dropout)
+    assert rates == (0.3, 0.1, 0.3) and config.word_dropout == 0.1
+
+
+@pytest.mark.parametrize("model", ["rnn-attention", "rnn"])
+def test_the_rnn_presets_are_256_wide_with_dropout_0_3(model):
+    config = build_translation_model(TranslationSetup(model=model, size="small-data"), 100).config
+    assert (config.embedding_dim, config.hidden_dim, config.dropout) == (256, 256, 0.3)
+    assert config.attention == ("none" if model == "rnn" else "additive")
+
+
+def test_given_rates_override_the_preset():
+    setup = TranslationSetup(
+        size="small-data",
+        dropout=0.2,
+        attention_dropout=0.0,
+        activation_dropout=0.25,
+        word_dropout=0.05,
+    )
+    config = build_translation_model(setup, 100).config
+    rates = (config.dropout, config.attention_dropout, config.activation_dropout)
+    assert rates == (0.2, 0.0, 0.25) and config.word_dropout == 0.05
+    rnn = TranslationSetup(model="rnn-attention", size="small-data", dropout=0.1)
+    assert build_translation_model(rnn, 100).config.dropout == 0.1
+
+
+@pytest.mark.parametrize("model", ["rnn-attention", "rnn"])
+@pytest.mark.parametrize("site", ["attention_dropout", "activation_dropout", "word_dropout"])
+def test_the_transformers_dropout_sites_are_refused_for_an_rnn(model, site):
+    with pytest.raises(InputError, match=f"{site}=0.1 is a Transformer dropout site"):
+        TranslationSetup(model=model, size="small-data", **{site: 0.1})
+
+
+def test_small_data_trains_a_smaller_bpe_vocabulary_unless_one_is_given():
+    assert TranslationSetup(size="small-data").bpe_vocab_size == 4000
+    assert TranslationSetup(size="medium").bpe_vocab_size == 8000
+    assert TranslationSetup(size="small-data", vocab_size=2000).bpe_vocab_size == 2000
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_the_recipe_picks_the_plateau_schedule_and_label_smoothing_unless_given(family):
+    recipe = recipe_for(family, "small-data")
+    assert (recipe.lr, recipe.schedule, recipe.label_smoothing) == (1e-3, "plateau", 0.1)
+    chosen = choose_schedule(recipe, UserSchedule(), planned=None)
+    assert (chosen.schedule, chosen.label_smoothing) == ("plateau", 0.1)
+    given = UserSchedule(schedule="inverse_sqrt", label_smoothing=0.0)
+    chosen = choose_schedule(recipe, given, planned=None)
+    assert (chosen.schedule, chosen.label_smoothing) == ("inverse_sqrt", 0.0)
+    # the other sizes name neither: the run's TrainConfig keeps its own
+    small = choose_schedule(recipe_for(family, "small"), UserSchedule(), planned=None)
+    assert (small.schedule, small.label_smoothing) == (None, None)
+
+
+def _train_dates(out, *extra) -> int:
+    argv = ["train", "translation", "--size", "small-data", "--data", "dates", "--out", str(out)]
+    argv += ["--max-steps", "3", "--max-tokens", "256", "--threads", "1", "--device", "cpu"]
+    return main([*argv, "--log-every", "1", *extra])
+
+
+@pytest.mark.parametrize("model", FAMILIES)
+def test_each_family_trains_end_to_end_with_the_preset(model, tmp_path, capsys):
+    out = tmp_path / model
+    assert _train_dates(out, "--model", model) == 0
+    assert "plateau schedule, label smoothing 0.1" in capsys.readouterr().out
+    saved = load_trainer_state(out / "checkpoints" / "step-000003")["train_config"]
+    assert (saved["schedule"], saved["label_smoothing"], saved["lr"]) == ("plateau", 0.1, 1e-3)
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [r["lr"] for r in log if r["event"] == "train"] == [1e-3] * 3
+    assert any(r["event"] == "valid" and "lr" in r for r in log)
+
+
+def test_explicit_flags_win_over_the_preset_and_stay_on_resume(tmp_path, capsys):
+    out = tmp_path / "run"
+    flags = ["--schedule", "inverse_sqrt", "--label-smoothing", "0", "--word-dropout", "0.2"]
+    assert _train_dates(out, *flags) == 0
+    saved = load_trainer_state(out / "checkpoints" / "step-000003")
+    config = saved["train_config"]
+    assert (config["schedule"], config["label_smoothing"]) == ("inverse_sqrt", 0.0)
+    assert saved["model_config"]["word_dropout"] == 0.2
+    # resumed without repeating the schedule flags: the run keeps what it started with
+    assert _train_dates(out, "--word-dropout", "0.2", "--max-steps", "4", "--resume") == 0
+    assert "done: 4 steps" in capsys.readouterr().out
+    resumed = load_trainer_state(out / "checkpoints" / "step-000004")["train_config"]
+    assert (resumed["schedule"], resumed["label_smoothing"]) == ("inverse_sqrt", 0.0)
