@@ -227,10 +227,12 @@ def _check_ids(ids: Tensor, name: str, vocab_size: int, *, allow_empty: bool = F
         raise InputError(f"{name} must hold integer token ids, got {ids.dtype}")
     if ids.shape[1] == 0 and not allow_empty:
         raise InputError(f"{name} is empty (length 0): give at least one token")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+    if not ids.numel():
+        return
+    low, high = (int(bound) for bound in torch.aminmax(ids))  # one pass, one sync
+    if low < 0 or high >= vocab_size:
         raise InputError(
-            f"{name} holds ids outside the vocabulary 0..{vocab_size - 1} "
-            f"(min {int(ids.min())}, max {int(ids.max())})"
+            f"{name} holds ids outside the vocabulary 0..{vocab_size - 1} (min {low}, max {high})"
         )
 
 
