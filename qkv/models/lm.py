@@ -144,7 +144,7 @@ class TransformerLM(nn.Module):
         else:
             _check_ids(ids, "ids", self.config.vocab_size)
         hidden, weights = self._run_blocks(ids, caches=None, offset=0, need_weights=need_weights)
-        logits = self.output(hidden[:, prefix:])  # (B, T, V)
+        logits = self.output(hidden[:, prefix:] if prefix else hidden)  # (B, T, V)
         return LMOutput(logits, {"self": weights} if need_weights else None)
 
     def loss(self, ids: Tensor, *, pad_id: int | None = 0) -> Tensor:
@@ -193,7 +193,9 @@ class TransformerLM(nn.Module):
     ) -> tuple[Tensor, list[Tensor]]:
         """Shapes: ids (B, T) at positions offset.. -> hidden (B, T, D), weights per block."""
         self._check_length(offset + ids.shape[1])
-        x = self.token_embedding(ids) * self.embedding_scale  # (B, T, D)
+        x = self.token_embedding(ids)  # (B, T, D)
+        if self.embedding_scale != 1.0:
+            x = x * self.embedding_scale
         x = self.positions(x, offset=offset)  # (B, T, D), dropout included
         # One new position (a decoding step) is the last one: it may attend to every key, so
         # no causal mask is needed (and none is built).
