@@ -117,6 +117,27 @@ def test_load_errors_name_the_problem_in_one_line(tmp_path):
         load_trainer_state(directory)
 
 
+def test_an_additive_rnn_saved_when_attention_dim_none_meant_2h_loads_as_it_was(tmp_path):
+    """Before 2026-12-01 ``attention_dim=None`` built Bahdanau's score as wide as the encoder
+    states (2H); it now means H.  Such a checkpoint (config None, weights 2H wide) loads
+    with its own width and computes what it computed."""
+    from qkv.models import RNNConfig, build_model
+
+    fresh = build_model("rnn-attention", RNNConfig(20, hidden_dim=8, attention="additive"))
+    assert fresh.decoder.attention.score.key_proj.out_features == 8  # None: H
+    torch.manual_seed(0)
+    old = build_model("rnn-attention", RNNConfig(20, hidden_dim=8, attention_dim=16)).eval()
+    directory = save_checkpoint(tmp_path, old, step=1)
+    config = json.loads((directory / "config.json").read_text())
+    config["model"]["attention_dim"] = None  # what the old code wrote
+    (directory / "config.json").write_text(json.dumps(config))
+    loaded = load_checkpoint(tmp_path).model
+    assert loaded.config.attention_dim == 16
+    source, target = torch.randint(1, 20, (2, 5)), torch.randint(1, 20, (2, 4))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(source, target).logits, old(source, target).logits)
+
+
 def test_a_crash_while_writing_never_moves_a_pointer(tmp_path, monkeypatch):
     first = save_checkpoint(tmp_path, toy(1), step=1, best={"metric": "valid_loss", "value": 1.0})
     real_save_file = checkpoint_module.save_file

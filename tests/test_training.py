@@ -244,6 +244,19 @@ def test_resume_names_an_optimizer_state_of_other_parameters(tmp_path):
         small_run(tmp_path / "run", max_steps=3, resume=True)
 
 
+def test_resume_names_weights_built_differently_by_an_older_version(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    small_run(tmp_path / "run", max_steps=2)
+    last = tmp_path / "run" / json.loads((tmp_path / "run" / "last.json").read_text())["checkpoint"]
+    weights = load_file(last / "model.safetensors")
+    name = next(iter(weights))
+    weights[name] = torch.cat([weights[name], weights[name]])  # another width, same config
+    save_file(weights, last / "model.safetensors")
+    with pytest.raises(CheckpointError, match="shape mismatch.*older qkv"):
+        small_run(tmp_path / "run", max_steps=3, resume=True)
+
+
 def test_early_stopping_on_bleu_keeps_the_best_checkpoint(tmp_path):
     scores = iter([10.0, 12.0, 11.0, 9.0, 50.0])
     seed_everything(1)

@@ -213,7 +213,7 @@ def _make_decoder(config: RNNConfig, *, context_dim: int) -> RecurrentDecoder:
     if config.attention == NO_ATTENTION:
         return ContextDecoder(**sizes)
     if config.attention == "additive":
-        return BahdanauDecoder(**sizes, attention_dim=config.attention_dim)
+        return BahdanauDecoder(**sizes, attention_dim=config.attention_dim or config.hidden_dim)
     return LuongDecoder(score=config.attention, **sizes, input_feeding=config.input_feeding)
 
 

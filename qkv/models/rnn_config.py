@@ -38,7 +38,9 @@ class RNNConfig:
         "dot"/"scaled_dot" the 2H-wide encoder states are projected to H-wide keys so the
         widths match.  "none" is the baseline without attention.  ``None`` lets the model
         choose: "additive" for ``RNNTranslator``, "none" for ``RNNBaseline``.
-    attention_dim: width of the additive score's hidden layer (``None``: hidden_dim).
+    attention_dim: width of the additive score's hidden layer (``None``: hidden_dim, as
+        Bahdanau et al.'s n' = n; checkpoints written before 2026-12-01, when ``None``
+        gave the encoder states' width 2H, load with the width of their weights).
     input_feeding: Luong's input feeding, the previous attentional state concatenated to
         the next decoder input (Luong scores only).
     dropout: on the embeddings, between stacked recurrent layers, and before the output

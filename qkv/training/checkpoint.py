@@ -38,8 +38,15 @@ from torch import nn
 
 from ..errors import CheckpointError
 from ..models.registry import build_model, config_to_dict, model_type_of
+from ..models.saved_configs import upgrade_saved_config
 from .files import disk_errors, fsync_directory, fsync_tree, read_json, write_json_atomic
-from .weights import MAX_PARAMETERS, count_parameters, load_weights, weights_for_saving
+from .weights import (
+    MAX_PARAMETERS,
+    count_parameters,
+    load_weights,
+    weight_shapes,
+    weights_for_saving,
+)
 
 __all__ = [
     "Checkpoint",
@@ -183,6 +190,8 @@ def load_checkpoint(
         raise CheckpointError(
             f"{directory} holds a {model_type!r} model, not the {expect_type!r} expected"
         )
+    # a config written before one of its defaults changed meaning: built as it was then
+    config["model"] = upgrade_saved_config(model_type, config["model"], weight_shapes(directory))
     try:
         size = count_parameters(model_type, config["model"])
     except (TypeError, ValueError) as error:

@@ -110,7 +110,16 @@ def restore_run(
         world_size=context.world_size,
         directory=directory,
     )
-    load_weights(model, directory, map_location=context.device)
+    try:
+        load_weights(model, directory, map_location=context.device)
+    except CheckpointError as error:
+        if "do not match the model config" not in str(error):
+            raise
+        raise CheckpointError(
+            f"{error}; the run's settings are the same, so it was probably saved by an older "
+            "qkv that built this model differently: resume it with that version, or start a "
+            "new run (its checkpoints still load for evaluation)"
+        ) from None
     try:
         optimizer.load_state_dict(saved["optimizer"])
     except ValueError as error:  # torch: parameter groups of another size

@@ -17,7 +17,13 @@ from ..errors import CheckpointError
 from ..layers.saved_formats import stack_legacy_projections
 from ..models.registry import build_model
 
-__all__ = ["weights_for_saving", "load_weights", "count_parameters", "MAX_PARAMETERS"]
+__all__ = [
+    "weights_for_saving",
+    "load_weights",
+    "weight_shapes",
+    "count_parameters",
+    "MAX_PARAMETERS",
+]
 
 #: The most parameters a checkpoint's config may ask for (40 GB of float32 weights): more is
 #: taken for a corrupt or hostile config rather than a model.
@@ -38,18 +44,8 @@ def load_weights(
     """Copy a checkpoint's weights into ``model`` (moved to ``map_location``), after checking
     from the file's header that every tensor name and shape matches."""
     weights_file = Path(directory) / "model.safetensors"
-    if not weights_file.is_file():
-        raise CheckpointError(f"checkpoint weights {weights_file} are missing")
     device = str(torch.device(map_location))
-    try:
-        with safe_open(str(weights_file), framework="pt") as handle:
-            text = (handle.metadata() or {}).get("aliases", "")
-            header = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
-        aliases = dict(entry.split("=", 1) for entry in text.split(";") if entry)
-        for alias, original in aliases.items():
-            header[alias] = header[original]
-    except Exception as error:  # safetensors raises its own error types for corrupt files
-        raise _corrupt(weights_file, error) from None
+    header, aliases = _read_header(weights_file)
     _check_matches(model, header, weights_file)
     try:
         stored = load_file(str(weights_file), device=device)
@@ -59,6 +55,28 @@ def load_weights(
         stored[alias] = stored[original]
     model.to(device)
     model.load_state_dict(stored, strict=True)
+
+
+def weight_shapes(directory: str | Path) -> dict[str, tuple[int, ...]]:
+    """Every tensor name of a checkpoint's weights and its shape, from the file's header
+    (no tensor is read)."""
+    return _read_header(Path(directory) / "model.safetensors")[0]
+
+
+def _read_header(weights_file: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """(name -> shape, tied aliases included; alias -> original name)."""
+    if not weights_file.is_file():
+        raise CheckpointError(f"checkpoint weights {weights_file} are missing")
+    try:
+        with safe_open(str(weights_file), framework="pt") as handle:
+            text = (handle.metadata() or {}).get("aliases", "")
+            header = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
+        aliases = dict(entry.split("=", 1) for entry in text.split(";") if entry)
+        for alias, original in aliases.items():
+            header[alias] = header[original]
+    except Exception as error:  # safetensors raises its own error types for corrupt files
+        raise _corrupt(weights_file, error) from None
+    return header, aliases
 
 
 def count_parameters(model_type: str, model_config: dict[str, Any]) -> int:
