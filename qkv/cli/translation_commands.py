@@ -10,7 +10,11 @@ from ..data import SPLITS
 from ..errors import CheckpointError, InputError
 from ..layers import available_scores
 from ..tasks.translation import MODEL_BUILDERS, SIZES, TranslationSetup
-from ..tasks.translation_models import DEFAULT_VOCAB_SIZE, SMALL_DATA_VOCAB_SIZE
+from ..tasks.translation_models import (
+    DEFAULT_VOCAB_SIZE,
+    SMALL_DATA_TRANSFORMER,
+    SMALL_DATA_VOCAB_SIZE,
+)
 from .options import add_train_options, run_training
 
 #: Defaults of `qkv train translation`: the library's own.
@@ -19,13 +23,14 @@ SETUP = TranslationSetup()
 EXAMPLE = "\n\nexample:\n  "
 
 #: The Transformer's dropout sites besides --dropout (the RNNs have none of them).
+_SMALL = SMALL_DATA_TRANSFORMER
 DROPOUT_SITES = {
-    "--attention-dropout": "dropout on the attention weights (default: the size's: 0.1 for "
-    "small-data, else --dropout)",
+    "--attention-dropout": "dropout on the attention weights (default: the size's: "
+    f"{_SMALL['attention_dropout']:g} for small-data, else --dropout)",
     "--activation-dropout": "dropout on the feed-forward's hidden activations (default: the "
-    "size's: 0.3 for small-data, else --dropout)",
+    f"size's: {_SMALL['activation_dropout']:g} for small-data, else --dropout)",
     "--word-dropout": "in training, the probability that a whole input token's embedding is "
-    "zeroed (default: the size's: 0.1 for small-data, else 0)",
+    f"zeroed (default: the size's: {_SMALL['word_dropout']:g} for small-data, else 0)",
 }
 
 
@@ -64,10 +69,9 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
         default=SETUP.size,
         choices=list(SIZES),
         help=f"model size (default: {SETUP.size}; small: CPU-sized; medium: for corpora of ~10-100k "
-        "sentence pairs, with dropout 0.3; small-data: the published low-resource recipes "
-        "(dropout 0.3, attention dropout 0.1, activation dropout 0.3, word dropout 0.1 for the "
-        "Transformer; 4000 BPE tokens; lr 1e-3, plateau schedule, label smoothing 0.1); base: "
-        "the paper's Transformer)",
+        "sentence pairs, with dropout 0.3; small-data: low-resource recipes chosen on "
+        f"ding-de-en's valid split ({SMALL_DATA_VOCAB_SIZE} BPE tokens, the plateau schedule, "
+        "label smoothing 0.1; see docs/results.md); base: the paper's Transformer)",
     )
     translation.add_argument("--dropout", type=float, help="dropout, overriding the size's default")
     for flag, what in DROPOUT_SITES.items():

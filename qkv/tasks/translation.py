@@ -53,8 +53,8 @@ class TranslationSetup:
     model: "transformer", "rnn-attention" or "rnn" (the no-attention baseline).
     size: "small" (CPU-sized, for the dates task), "medium" (for corpora of ~10-100k
         sentence pairs such as ding-de-en: a 3 + 3 block, 256-wide Transformer, dropout 0.3),
-        "small-data" (the published low-resource recipes: ``medium``'s widths with attention,
-        activation and word dropout, 4,000 BPE tokens, the plateau schedule; see
+        "small-data" (low-resource recipes chosen on ding-de-en's valid split: ``medium``'s
+        widths, 4,000 BPE tokens, the plateau schedule; see
         ``translation_models.SMALL_DATA_TRANSFORMER``) or "base" (the paper's Transformer;
         a 512-wide RNN).
     dropout: overrides the size's dropout (None: keep it).

@@ -77,15 +77,16 @@ class Recipe:
 #: "captioner" (size "default").  Small sizes: measured on `dates` and the scenes (see
 #: docs/results.md, "Defaults that learn"); base: the papers' settings (Vaswani et al. 2017).
 #: small-data: the low-resource recipes (Sennrich & Zhang 2019, Araabi & Monz 2020: a higher
-#: peak with warm-up, then decay on plateau, label smoothing 0.1); values from the published
-#: recipes; measurement on ding valid: see docs/results.md.  The model sizes are in
+#: peak with warm-up, then decay on plateau, label smoothing 0.1); the Transformer's peak
+#: (2e-3, from 1e-3) chosen by measurement on ding-de-en's valid split, the RNNs' still the
+#: published value (see docs/results.md).  The model sizes are in
 #: ``qkv.tasks.translation_models``.
 RECIPES: dict[tuple[str, str], Recipe] = {
     ("transformer", "small"): Recipe(lr=3e-3, warmup_steps=200, max_tokens=512),
     ("transformer", "medium"): Recipe(lr=1e-3, warmup_steps=1000, max_tokens=4096),
     ("transformer", "base"): Recipe(lr=5e-4, warmup_steps=4000, max_tokens=4096),
     ("transformer", "small-data"): Recipe(
-        lr=1e-3, warmup_steps=1000, max_tokens=2048, schedule="plateau", label_smoothing=0.1
+        lr=2e-3, warmup_steps=1000, max_tokens=2048, schedule="plateau", label_smoothing=0.1
     ),
     ("rnn", "small"): Recipe(lr=3e-3, warmup_steps=100, max_tokens=1024),
     ("rnn", "medium"): Recipe(lr=1e-3, warmup_steps=200, max_tokens=4096),
