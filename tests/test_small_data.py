@@ -26,9 +26,9 @@ def test_the_transformer_preset_is_the_one_measured_on_ding_valid():
 
 
 @pytest.mark.parametrize("model", ["rnn-attention", "rnn"])
-def test_the_rnn_presets_are_256_wide_with_dropout_0_3(model):
+def test_the_rnn_presets_are_256_wide_with_dropout_0_2(model):
     config = build_translation_model(TranslationSetup(model=model, size="small-data"), 100).config
-    assert (config.embedding_dim, config.hidden_dim, config.dropout) == (256, 256, 0.3)
+    assert (config.embedding_dim, config.hidden_dim, config.dropout) == (256, 256, 0.2)
     assert config.attention == ("none" if model == "rnn" else "additive")
 
 
@@ -63,7 +63,7 @@ def test_small_data_trains_a_smaller_bpe_vocabulary_unless_one_is_given():
 @pytest.mark.parametrize("family", ["transformer", "rnn"])
 def test_the_recipe_picks_the_plateau_schedule_and_label_smoothing_unless_given(family):
     recipe = recipe_for(family, "small-data")
-    peak = {"transformer": 2e-3, "rnn": 1e-3}[family]
+    peak = 2e-3
     assert (recipe.lr, recipe.schedule, recipe.label_smoothing) == (peak, "plateau", 0.1)
     chosen = choose_schedule(recipe, UserSchedule(), planned=None)
     assert (chosen.schedule, chosen.label_smoothing) == ("plateau", 0.1)
@@ -87,7 +87,7 @@ def test_each_family_trains_end_to_end_with_the_preset(model, tmp_path, capsys):
     assert _train_dates(out, "--model", model) == 0
     assert "plateau schedule, label smoothing 0.1" in capsys.readouterr().out
     saved = load_trainer_state(out / "checkpoints" / "step-000003")["train_config"]
-    peak = 2e-3 if model == "transformer" else 1e-3
+    peak = 2e-3
     assert (saved["schedule"], saved["label_smoothing"], saved["lr"]) == ("plateau", 0.1, peak)
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert [r["lr"] for r in log if r["event"] == "train"] == [peak] * 3
