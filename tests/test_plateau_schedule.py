@@ -149,6 +149,15 @@ def test_early_stopping_with_a_longer_patience_stops_after_the_decays(tmp_path):
     assert valid[-1]["lr"] < valid[0]["lr"] / 2  # the lower rates were tried before stopping
 
 
+def test_min_lr_is_the_plateau_schedules_floor_in_a_run(tmp_path):
+    small_run(tmp_path, max_steps=16, min_lr=0.05, **PLATEAU)
+    rates = [r["lr"] for r in records(tmp_path, "train")]
+    after_warm_up = rates[PLATEAU["warmup_steps"] :]
+    # halved twice: 0.2 -> 0.1 -> 0.05, then held at the floor
+    assert min(after_warm_up) == pytest.approx(0.05) and max(after_warm_up) == pytest.approx(0.2)
+    assert all(rate >= 0.05 - 1e-12 for rate in rates)
+
+
 def test_a_checkpoint_older_than_the_plateau_fields_still_resumes():
     from qkv.training.state import check_resumable
 

@@ -172,3 +172,18 @@ def test_a_gpu_run_is_not_timed_on_the_cpu(monkeypatch):
         config, RECIPE, UserSchedule(), model=model, sample=lambda c: (batch, None)
     )
     assert "steps/s measured" in chosen.reason
+
+
+def test_min_lr_reaches_the_run_and_is_checked_against_the_recipes_peak(corpus, tmp_path, capsys):
+    # above TrainConfig's default lr (5e-4) but below the recipe's peak (3e-3): accepted
+    out = tmp_path / "floor"
+    argv = ["--max-steps", "3", "--epochs", "0", "--model", "rnn-attention", "--min-lr", "1e-3"]
+    assert _train(corpus, out, *argv, "--schedule", "plateau") == 0
+    saved = load_trainer_state(out / "checkpoints" / "step-000003")["train_config"]
+    assert (saved["lr"], saved["min_lr"], saved["schedule"]) == (3e-3, 1e-3, "plateau")
+    # above the peak: one line naming both values, before any training
+    above = ["--max-steps", "3", "--epochs", "0", "--model", "rnn-attention", "--min-lr", "0.01"]
+    assert _train(corpus, tmp_path / "above", *above) == 2
+    said = capsys.readouterr().err
+    assert "error: --min-lr 0.01 is above the peak learning rate 0.003" in said
+    assert not (tmp_path / "above" / "checkpoints").exists()

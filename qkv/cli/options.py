@@ -61,6 +61,12 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
         f"(default: {_DEFAULTS.schedule}; translation --size small-data: plateau)",
     )
     group.add_argument(
+        "--min-lr",
+        type=float,
+        help="the lowest learning rate of the cosine and plateau schedules, at most the peak "
+        f"--lr (default: {_DEFAULTS.min_lr:g}; the plateau schedule stops lowering there)",
+    )
+    group.add_argument(
         "--plateau-factor",
         type=float,
         default=_DEFAULTS.plateau_factor,
@@ -133,14 +139,22 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def train_config_from(args: argparse.Namespace) -> TrainConfig:
-    """The TrainConfig the options describe; ``--threads`` is applied to torch here."""
+def train_config_from(args: argparse.Namespace, *, recipe: bool = False) -> TrainConfig:
+    """The TrainConfig the options describe; ``--threads`` is applied to torch here.
+
+    ``recipe``: the task chooses the learning rate later where ``--lr`` is not given (and
+    checks ``--min-lr`` against it then), so the default lr here only holds a place."""
     if args.threads is not None:
         if args.threads < 1:
             raise InputError(f"--threads must be at least 1, got {args.threads}")
         torch.set_num_threads(args.threads)
+    min_lr = _DEFAULTS.min_lr if args.min_lr is None else args.min_lr
+    lr = _DEFAULTS.lr if args.lr is None else args.lr
+    if recipe and args.lr is None:
+        lr = max(lr, min_lr)
     values = dict(
-        lr=_DEFAULTS.lr if args.lr is None else args.lr,
+        lr=lr,
+        min_lr=min_lr,
         schedule=_DEFAULTS.schedule if args.schedule is None else args.schedule,
         plateau_factor=args.plateau_factor,
         plateau_patience=args.plateau_patience,
@@ -186,7 +200,7 @@ def run_training(train: Callable[..., TrainResult], setup: object, args: argpars
     `qkv train` prints: what the run did, and where it is."""
     result = train(
         setup,
-        train_config_from(args),
+        train_config_from(args, recipe=True),
         args.out,
         resume=args.resume,
         schedule=user_schedule_from(args),

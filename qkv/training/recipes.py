@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from ..data.batch import PAD_ID, Batch
+from ..errors import InputError
 from .checkpoint import load_trainer_state, read_pointer
 from .config import TrainConfig
 from .loss import sequence_loss
@@ -236,6 +237,11 @@ def fit_train_config(
     if speed is not None:
         chosen = dataclasses.replace(
             chosen, reason=f"{chosen.reason}; {speed:.2f} steps/s measured"
+        )
+    if config.min_lr > chosen.lr:
+        raise InputError(
+            f"--min-lr {config.min_lr:g} is above the peak learning rate {chosen.lr:g}; "
+            "give a lower --min-lr, or a higher --lr"
         )
     fitted = dataclasses.replace(
         batched,
