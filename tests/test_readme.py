@@ -22,3 +22,20 @@ def test_readme_quick_start_has_exactly_two_commands():
     assert len(commands) == 2
     assert "qkv demo" in commands[0] and "pytest" in commands[1]
     assert all(c.startswith("pip install torch==2.13.0") for c in commands)
+
+
+def test_the_readme_benchmark_finds_a_bar_for_every_translation_and_scene_command():
+    """``benchmarks.readme_commands`` runs the README's training lines and holds each to a
+    bar; a line it cannot score must say so rather than be run and misread."""
+    from benchmarks.readme_commands import readme_commands
+
+    commands = readme_commands(README)
+    by_data = {(c.task, c.data): c for c in commands if c.words[0] == "qkv"}
+    for key in [("translation", "dates"), ("translation", "ding-de-en"), ("captioning", "shapes")]:
+        assert key in by_data and by_data[key].skip_reason is None, key
+    for command in commands:
+        assert (command.bar is None) == (command.skip_reason is not None) or command.words[
+            0
+        ] != "qkv"
+        if command.task not in ("translation", "captioning"):
+            assert command.skip_reason is not None, command.text
