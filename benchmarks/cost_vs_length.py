@@ -157,10 +157,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--lengths", default="10,30,100,300,1000", help="source lengths")
+    parser.add_argument("--lengths", default="10,30,100,200,300,500,1000", help="source lengths")
     parser.add_argument("--batch", type=int, default=8, help="sentences per step")
     parser.add_argument("--decode-steps", type=int, default=20, help="greedy tokens per decode")
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds per length")
+    parser.add_argument("--repeats", type=int, default=11, help="timed rounds per length")
     parser.add_argument("--vocab", type=int, default=1000, help="vocabulary size (both sides)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     parser.add_argument("--plot", help="PNG file for the two log-log plots")
