@@ -87,6 +87,10 @@ def test_evaluate_prints_the_librarys_scores_by_length(tiny_run, capsys):
     assert main(evaluate) == 0
     text = capsys.readouterr().out
     assert f"BLEU {report.scores.bleu:.2f}" in text and "exact match" in text
+    assert main([*evaluate, "--by-length", "--beam", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  source  11-20 words: BLEU      -  (0 sentences)" in lines
+    assert not any("nan" in line for line in lines)
 
 
 def test_attention_and_curves_write_pictures(tiny_run, tmp_path, capsys):

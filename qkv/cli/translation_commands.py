@@ -242,9 +242,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     for name, signature in scores.signature.items():
         print(f"{name} signature: {signature}")
     for bucket in report.by_length or []:
-        print(
-            f"  source {bucket.label:>6} words: BLEU {bucket.bleu:6.2f}  ({bucket.count} sentences)"
-        )
+        bleu = "     -" if bucket.count == 0 else f"{bucket.bleu:6.2f}"  # no sentence, no score
+        print(f"  source {bucket.label:>6} words: BLEU {bleu}  ({bucket.count} sentences)")
     return 0
 
 
