@@ -80,8 +80,7 @@ class Recipe:
 #: small-data: the low-resource recipes (Sennrich & Zhang 2019, Araabi & Monz 2020: a higher
 #: peak with warm-up, then decay on plateau, label smoothing 0.1); the peaks (2e-3, from the
 #: recipes' 1e-3) chosen by measurement on ding-de-en's valid split (see docs/results.md).
-#: The model sizes are in
-#: ``qkv.tasks.translation_models``.
+#: The model sizes are in ``qkv.tasks.translation_models``.
 RECIPES: dict[tuple[str, str], Recipe] = {
     ("transformer", "small"): Recipe(lr=3e-3, warmup_steps=200, max_tokens=512),
     ("transformer", "medium"): Recipe(lr=1e-3, warmup_steps=1000, max_tokens=4096),

@@ -20,6 +20,7 @@ from .distributed import DistributedContext, all_gather_object, barrier
 from .optimizer import make_optimizer
 from .schedules import build_schedule
 from .state import TrainerState, capture_rng, check_resumable, restore_rng, seed_everything
+from .weights import WeightsMismatchError
 
 __all__ = ["start_or_resume", "find_resume_point", "restore_run", "save_run", "schedule_length"]
 
@@ -112,9 +113,7 @@ def restore_run(
     )
     try:
         load_weights(model, directory, map_location=context.device)
-    except CheckpointError as error:
-        if "do not match the model config" not in str(error):
-            raise
+    except WeightsMismatchError as error:
         raise CheckpointError(
             f"{error}; the run's settings are the same, so it was probably saved by an older "
             "qkv that built this model differently: resume it with that version, or start a "

@@ -21,6 +21,7 @@ __all__ = [
     "weights_for_saving",
     "load_weights",
     "weight_shapes",
+    "WeightsMismatchError",
     "count_parameters",
     "MAX_PARAMETERS",
 ]
@@ -124,6 +125,10 @@ def _encode(aliases: dict[str, str]) -> str:
     return ";".join(f"{alias}={original}" for alias, original in aliases.items())
 
 
+class WeightsMismatchError(CheckpointError):
+    """A checkpoint's tensor names or shapes are not those of the model its config builds."""
+
+
 def _check_matches(model: nn.Module, found: dict[str, tuple], weights_file: Path) -> None:
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     for name in expected:  # older checkpoints: attention's Q, K, V as three Linears
@@ -144,7 +149,7 @@ def _check_matches(model: nn.Module, found: dict[str, tuple], weights_file: Path
     if unexpected:
         problems.append(f"unexpected tensors {unexpected[:3]}")
     if problems:
-        raise CheckpointError(
+        raise WeightsMismatchError(
             f"weights {weights_file} do not match the model config beside them: "
             + ", ".join(problems)
         )
