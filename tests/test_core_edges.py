@@ -21,7 +21,7 @@ from qkv.functional.backends import sdpa
 @pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "grad"])
 @pytest.mark.parametrize("backend", ["auto", "sdpa", "chunked", "reference"])
 def test_causal_with_more_queries_than_keys_is_one_input_error_on_every_backend(backend, grad):
-    assert set(available_backends()) <= {"sdpa", "chunked", "reference"}
+    assert set(available_backends()) <= {"sdpa", "chunked", "explicit", "reference"}
     q = torch.randn(1, 2, 5, 4, requires_grad=grad)
     k = v = torch.randn(1, 2, 3, 4, requires_grad=grad)
     with pytest.raises(InputError, match=r"Tk >= Tq.*Tq=5, Tk=3"):

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import qkv
 from qkv.functional import (
     attention,
+    attention_weights,
     available_backends,
     causal_mask,
     explain_backend,
@@ -202,10 +203,13 @@ def test_weights_only_on_request_and_explain_backend_says_why():
     weights = attention(q, q, q, need_weights=True).weights
     assert weights.shape == (1, 1, 3, 3)
     assert torch.allclose(weights.sum(-1), torch.ones(1, 1, 3))
-    choice = explain_backend(q, q, q, need_weights=True)
-    assert choice.backend == "reference"
+    choice = explain_backend(q, q, q, need_weights=True)  # no gradient wanted
+    assert choice.backend == "explicit"
     assert "need_weights" in choice.passed_over["sdpa"]
     assert explain_backend(q, q, q).backend == "sdpa"
+    choice = explain_backend(q.requires_grad_(), q, q, need_weights=True)
+    assert choice.backend == "reference"
+    assert "carry none" in choice.passed_over["explicit"]
     assert "backend: reference" in str(choice)
 
 
@@ -313,8 +317,8 @@ def test_masked_softmax_without_grad_takes_the_fused_path_and_agrees():
 @pytest.mark.parametrize("kind", ["none", "bool", "bias"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_weights_for_inspection_equal_the_differentiable_ones_on_large_matrices(kind, causal):
-    # 1 x 2 x 1024 x 1040 float32 is over 8 MiB: the no-grad weights are filled block by block
-    from qkv.functional.backends.reference import attention_weights
+    # 1 x 2 x 1024 x 1040 float32 is over 8 MiB: the inspection weights are filled block by block
+    from qkv.functional.backends.explicit_backend import inspection_weights
 
     torch.manual_seed(0)
     q, k = torch.randn(1, 2, 1024, 16), torch.randn(1, 2, 1040, 16)
@@ -324,13 +328,30 @@ def test_weights_for_inspection_equal_the_differentiable_ones_on_large_matrices(
         mask[..., 7, :] = False  # a row with nothing to attend: zeros, not NaN
     elif kind == "bias":
         mask = torch.randn(1, 2, 1, 1040)
-    with torch.no_grad():
-        fast = attention_weights(q, k, mask, causal, 0.25)
-    slow = attention_weights(q.requires_grad_(), k, mask, causal, 0.25).detach()
+    fast = inspection_weights(q, k, mask, causal, 0.25)
+    slow = attention_weights(q, k, mask, causal, 0.25)  # the equations
     torch.testing.assert_close(fast, slow)
     assert not fast.isnan().any()
     if kind == "bool":
         assert torch.all(fast[0, :, 7] == 0)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "grad"])
+def test_the_reference_backend_is_the_equations_with_or_without_grad(monkeypatch, grad):
+    from qkv.functional.backends import explicit, reference
+
+    def refuse(*args):
+        raise AssertionError("the reference backend ran the explicit kernel")
+
+    for name in ("softmax_block", "plan_blocks", "mask_and_normalise", "explicit_attention"):
+        for module in (explicit, reference):  # wherever the name is bound
+            monkeypatch.setattr(module, name, refuse, raising=module is explicit)
+    q = torch.randn(1, 2, 4, 8, requires_grad=grad)
+    mask = torch.rand(1, 1, 4, 4) > 0.3
+    out, weights = attention(q, q, q, mask=mask, need_weights=True, backend="reference")
+    expected = masked_softmax((q @ q.transpose(-2, -1)) / 8**0.5, mask)
+    torch.testing.assert_close(weights, expected)
+    torch.testing.assert_close(out, expected @ q)
 
 
 def test_weights_for_inspection_go_to_the_explicit_kernel_where_it_can():

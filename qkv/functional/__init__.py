@@ -7,6 +7,7 @@ from . import backends
 from .attention import attention, attention_with_weights, explain_backend
 from .backends import AttentionOutput, BackendChoice, available_backends, register_backend
 from .backends import chunked as _chunked  # noqa: F401  (registers "chunked")
+from .backends import explicit_backend as _explicit  # noqa: F401  (registers "explicit")
 from .backends import reference as _reference  # noqa: F401  (registers "reference")
 from .backends import sdpa as _sdpa  # noqa: F401  (registers "sdpa")
 from .backends.chunked import chunked_attention, weights_from_lse

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from ..errors import InputError
 from .backends import AttentionCall, AttentionOutput, BackendChoice, choose_backend
 from .backends.explicit import explicit_attention, supports_explicit
-from .backends.reference import attention_weights
+from .backends.explicit_backend import inspection_weights
 from .checks import check_causal, check_mask, check_tensors
 from .heads import repeat_kv
 from .scores import resolve_scale
@@ -55,7 +54,8 @@ def attention(
             (:func:`attention_with_weights`); otherwise the output takes the fastest backend
             and the weights are computed beside it without autograd.
         backend: "auto" (the fastest that supports the call; see :func:`explain_backend`),
-            "sdpa", "chunked" or "reference".
+            "sdpa", "chunked", "explicit" (weights without gradient) or "reference" (the
+            equations).
 
     A query whose every key is masked gets output 0 and weights 0 (finite gradients),
     never NaN, on every backend.
@@ -70,14 +70,14 @@ def attention(
 def _attention_for_inspection(call: AttentionCall, backend: str) -> AttentionOutput:
     """The output with its gradient, and weights without one."""
     if backend == "auto" and supports_explicit(call.query, call.mask, call.dropout) is None:
-        output, weights = explicit_attention(
-            call.query, call.key, call.value, call.mask, call.causal, call.scale
-        )
-        return AttentionOutput(output, weights)  # one matrix: output, weights and backward
+        backend = "explicit"
+    if backend == "explicit":  # one matrix: output, weights and backward
+        impl, _ = choose_backend(call._replace(need_weights=False), backend)
+        return impl.run(call)
     impl, _ = choose_backend(call._replace(need_weights=False), backend)
     output = impl.run(call._replace(need_weights=False)).output
-    with torch.no_grad():  # dropout or half precision: the weights computed beside
-        weights = attention_weights(call.query, call.key, call.mask, call.causal, call.scale)
+    # dropout or half precision: the weights computed beside, without autograd
+    weights = inspection_weights(call.query, call.key, call.mask, call.causal, call.scale)
     return AttentionOutput(output, weights)
 
 
@@ -136,6 +136,8 @@ def explain_backend(
     reason = supports_explicit(call.query, call.mask, call.dropout)
     if backend == "auto" and reason is None:
         return BackendChoice("explicit")
+    if backend == "explicit":
+        return choose_backend(call._replace(need_weights=False), backend)[1]
     choice = choose_backend(call._replace(need_weights=False), backend)[1]
     passed_over = {"explicit": reason or f"backend={backend!r} requested", **choice.passed_over}
     return BackendChoice(choice.backend, passed_over)

@@ -281,12 +281,15 @@ def causal_band(size: int, dtype: torch.dtype, device: torch.device) -> Tensor:
 def mask_and_normalise(scores: Tensor, bias: Tensor | None, band: Tensor | None) -> None:
     """In place on (..., n, keys seen) scores: add the mask's bias and, under a causal mask,
     the band on the last n keys; softmax over the last dim; rows with nothing to attend
-    become zeros."""
+    become zeros.  A NaN score makes its row NaN, as in :func:`qkv.functional.masked_softmax`
+    (NaN in, NaN out): only rows whose every key is blocked are zeroed."""
     if bias is not None:
         scores += bias
     if band is not None:
         n = scores.shape[-2]
         scores[..., -n:] += band[:n, :n]
+    # end-aligned causal alone never blanks a whole row; a NaN row has max NaN, not -inf
+    blank = scores.amax(dim=-1, keepdim=True) == float("-inf") if bias is not None else None
     torch.softmax(scores, dim=-1, out=scores)
-    if bias is not None:  # end-aligned causal alone never blanks a whole row
-        scores.nan_to_num_(0.0)
+    if blank is not None and blank.any():
+        scores.masked_fill_(blank, 0.0)

@@ -6,6 +6,7 @@ import functools
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from ..masks import causal_mask
 from . import AttentionCall, AttentionOutput, register_backend
@@ -80,7 +81,17 @@ class SDPABackend:
         )
         if attended is not None:
             output = output * attended
+        if mask is None:
+            output = _keep_nan_rows(output, query)
         return AttentionOutput(output, None)
+
+
+def _keep_nan_rows(output: Tensor, query: Tensor) -> Tensor:
+    """NaN in, NaN out: without a mask, PyTorch's CPU flash kernel (2.13) returns 0 for a
+    query holding a NaN, as if it had nothing to attend; every other backend returns NaN.
+    Checking costs a pass over the queries, (B, H, Tq, Dh), not over the scores."""
+    poisoned = query.isnan().any(-1, keepdim=True)  # (B, H, Tq, 1)
+    return output.masked_fill(poisoned, float("nan")) if poisoned.any() else output
 
 
 register_backend(SDPABackend(), priority=0)
