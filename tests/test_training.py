@@ -360,3 +360,33 @@ def test_a_loss_gone_to_nan_stops_training_before_any_checkpoint_is_written(tmp_
         small_run(tmp_path, max_steps=5, validate_every=2)
     assert json.loads((tmp_path / "last.json").read_text())["step"] == 2
     assert torch.isfinite(load_checkpoint(tmp_path).model.output.bias).all()
+
+
+@pytest.mark.parametrize("failure", ["prepare", "step"])
+def test_a_run_that_raises_still_leaves_the_process_group(tmp_path, monkeypatch, failure):
+    import qkv.training.step as step_module
+    import qkv.training.trainer as trainer_module
+
+    left = []
+    context = trainer_module.setup_distributed("cpu")
+    monkeypatch.setattr(trainer_module, "setup_distributed", lambda device: context)
+    monkeypatch.setattr(
+        trainer_module,
+        "teardown_distributed",
+        lambda ctx, wait_for_peers=True: left.append((ctx, wait_for_peers)),
+    )
+    if failure == "prepare":
+        data = copy_data(0, seed=5)  # nothing to batch: an error before the first step
+        with pytest.raises(ValueError, match="empty"):
+            train(ToySeq2Seq(ToyConfig()), data, None, TrainConfig(device="cpu"), tmp_path)
+    else:
+
+        def broken_loss(*args, **options):
+            raise RuntimeError("the loss broke")
+
+        with monkeypatch.context() as patch, pytest.raises(RuntimeError, match="the loss broke"):
+            patch.setattr(step_module, "sequence_loss", broken_loss)
+            small_run(tmp_path, max_steps=2)
+    assert left == [(context, False)]  # left once, without waiting at a barrier
+    small_run(tmp_path / "fine", max_steps=1)
+    assert left[-1] == (context, True)  # a finished run waits for its peers

@@ -97,10 +97,13 @@ def setup_distributed(device: str = "auto") -> DistributedContext:
     return DistributedContext(rank, world_size, local_rank, resolved, owns, cpu_group)
 
 
-def teardown_distributed(context: DistributedContext) -> None:
-    """Leave the process group if :func:`setup_distributed` created it."""
+def teardown_distributed(context: DistributedContext, *, wait_for_peers: bool = True) -> None:
+    """Leave the process group if :func:`setup_distributed` created it.  ``wait_for_peers``:
+    first wait at a barrier for every rank to finish; pass False after an error, when the
+    other ranks may never get there."""
     if context.owns_process_group and dist.is_initialized():
-        dist.barrier()
+        if wait_for_peers:
+            dist.barrier()
         dist.destroy_process_group()
 
 

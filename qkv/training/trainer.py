@@ -106,16 +106,24 @@ class Trainer:
     def run(self) -> TrainResult:
         """Train until a budget is spent, patience runs out or a signal arrives."""
         self.context = setup_distributed(self.config.device)
+        try:
+            result = self._run_locked()
+        except BaseException:
+            # the other ranks may never reach a barrier: leave the group without waiting
+            teardown_distributed(self.context, wait_for_peers=False)
+            raise
+        teardown_distributed(self.context)
+        return result
+
+    def _run_locked(self) -> TrainResult:
         lock = lock_run(self.out_dir, self.context)
         try:
             self._prepare()
             with StopSignals() as signals:
                 stop = self._train(signals)
-            result = self._finish(stop, signals)
+            return self._finish(stop, signals)
         finally:
             lock.release()
-        teardown_distributed(self.context)
-        return result
 
     # ---------------------------------------------------------------- setup
 
