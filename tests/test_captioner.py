@@ -27,7 +27,6 @@ from qkv.models.captioner_grounding import (
     attention_mass_in_box,
     box_area_fraction,
     cell_boxes,
-    region_boxes,
 )
 
 
@@ -258,8 +257,7 @@ def test_attention_mass_in_box_by_hand():
 
 
 def test_uniform_attention_gives_the_box_area_fraction():
-    config = CaptionerConfig(vocab_size=9, image_size=64, grid=8)
-    boxes = region_boxes(config)
+    boxes = cell_boxes(64, 8)
     assert len(boxes) == 64 and boxes[0] == (0, 0, 8, 8) and boxes[-1] == (56, 56, 64, 64)
     uniform = torch.full((64,), 1 / 64)
     scene_boxes = [obj.box for e in scene_dataset("train", size=6) for obj in e.objects]

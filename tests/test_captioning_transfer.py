@@ -99,7 +99,8 @@ def test_cached_features_are_the_frozen_encoders_and_are_computed_once():
     assert model.encoder.training  # left as it was
     again = cached.collate(indices)  # every image cached: no encoder call
     assert calls == [] and torch.equal(again.source, batch.source)
-    assert cached.cached_bytes == len(images_seen) * 16 * 16 * 4
+    assert sorted(cached.features) == images_seen  # one (P, D) float32 entry per image
+    assert all(f.shape == (16, 16) and f.dtype == torch.float32 for f in cached.features.values())
     logits = model(batch.source, batch.target_input).logits  # the captioner reads features
     assert logits.shape[:2] == batch.target_input.shape
 

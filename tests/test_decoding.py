@@ -181,6 +181,21 @@ def test_beam_one_equals_greedy_on_scripted_model():
         assert beam.scores == greedy.scores
 
 
+def of_source(hypotheses: Hypotheses, index: int) -> Hypotheses:
+    """The ``num_return`` hypotheses of source ``index`` in a batched search (entries
+    ``index * num_return`` onwards, as :class:`Hypotheses` documents)."""
+    rows = slice(index * hypotheses.num_return, (index + 1) * hypotheses.num_return)
+    attention = None if hypotheses.attention is None else hypotheses.attention[rows]
+    return Hypotheses(
+        tokens=hypotheses.tokens[rows],
+        scores=hypotheses.scores[rows],
+        normalized_scores=hypotheses.normalized_scores[rows],
+        finished=hypotheses.finished[rows],
+        attention=attention,
+        num_return=hypotheses.num_return,
+    )
+
+
 def test_batched_equals_one_by_one_on_scripted_model():
     source = scripted_source(0, 1, 0)
     for beam_size in (2, 3):
@@ -189,8 +204,8 @@ def test_batched_equals_one_by_one_on_scripted_model():
             alone = beam_search(
                 MODEL, source[index : index + 1], beam_size=beam_size, max_len=6, num_return=2
             )
-            assert batched.for_source(index).tokens == alone.tokens
-            assert batched.for_source(index).scores == alone.scores
+            assert of_source(batched, index).tokens == alone.tokens
+            assert of_source(batched, index).scores == alone.scores
 
 
 def expected_attention(tokens: list[int]) -> torch.Tensor:
@@ -411,7 +426,7 @@ def test_batched_equals_one_by_one_on_random_model(device, seed, batch_size, bea
     greedy = greedy_search(model, source, max_len=6)
     for index in range(batch_size):
         alone = beam_search(model, source[index : index + 1], need_attention=True, **options)
-        mine = batched.for_source(index)
+        mine = of_source(batched, index)
         assert mine.tokens == alone.tokens
         assert mine.scores == pytest.approx(alone.scores, abs=1e-9)
         assert mine.attention is not None and alone.attention is not None
@@ -467,8 +482,8 @@ def test_a_stopped_source_is_frozen_whatever_else_is_in_the_batch(seeds, beam_si
     batched = beam_search(model, scripted_source(*range(len(seeds))), **options)
     for index in range(len(seeds)):
         alone = beam_search(model, scripted_source(index), **options)
-        assert batched.for_source(index).tokens == alone.tokens
-        assert batched.for_source(index).scores == pytest.approx(alone.scores)
+        assert of_source(batched, index).tokens == alone.tokens
+        assert of_source(batched, index).scores == pytest.approx(alone.scores)
 
 
 def test_a_stopped_source_does_not_run_on_beside_a_longer_one():
@@ -477,5 +492,5 @@ def test_a_stopped_source_does_not_run_on_beside_a_longer_one():
     # "a a" E that alpha=2 would prefer.
     options = dict(beam_size=2, max_len=6, length_penalty=2.0, stop_early=True)
     batched = beam_search(MODEL, scripted_source(1, 0), **options)
-    assert batched.for_source(0).tokens == [[]]
-    assert batched.for_source(1).tokens == beam_search(MODEL, scripted_source(0), **options).tokens
+    assert of_source(batched, 0).tokens == [[]]
+    assert of_source(batched, 1).tokens == beam_search(MODEL, scripted_source(0), **options).tokens

@@ -2,7 +2,8 @@
 vocabulary, a dataset of (image, caption ids) items and the collate that batches them.
 
 Images are float tensors (3, H, W) in [0, 1], RGB, square (see ``qkv.data.scenes`` and
-``qkv.data.karpathy``); ``imagenet_normalize`` is there for encoders pretrained on ImageNet.
+``qkv.data.karpathy``); an encoder pretrained on ImageNet standardises them itself
+(``qkv.layers.cnn``).
 """
 
 from __future__ import annotations
@@ -34,11 +35,7 @@ __all__ = [
     "CaptionDataset",
     "collate_captions",
     "CaptionTrainingData",
-    "imagenet_normalize",
 ]
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 @dataclass(frozen=True)
@@ -63,17 +60,6 @@ class CaptionExample:
     def image(self) -> Tensor:
         """Shapes: (3, S, S) float in [0, 1]."""
         return self.load_image()
-
-
-def imagenet_normalize(images: Tensor) -> Tensor:
-    """Standardise [0, 1] RGB images with the ImageNet mean and std, as pretrained CNNs expect.
-
-    Shapes: (..., 3, H, W) -> (..., 3, H, W)."""
-    if images.dim() < 3 or images.shape[-3] != 3:
-        raise ValueError(f"expected RGB images (..., 3, H, W), got shape {tuple(images.shape)}")
-    mean = images.new_tensor(IMAGENET_MEAN).view(3, 1, 1)
-    std = images.new_tensor(IMAGENET_STD).view(3, 1, 1)
-    return (images - mean) / std
 
 
 class WordVocab:
@@ -178,7 +164,6 @@ class CaptionDataset(Dataset):
     ``per_caption=False`` (evaluation) one item per image, whose target is its first caption
     and whose references are ``references(index)``. Captions longer than
     ``max_caption_len`` words are cut there before <s> and </s> are added.
-    ``image_transform`` (e.g. ``imagenet_normalize``) is applied to every image tensor.
     """
 
     def __init__(
@@ -187,7 +172,6 @@ class CaptionDataset(Dataset):
         vocab: WordVocab,
         *,
         max_caption_len: int = 20,
-        image_transform: Callable[[Tensor], Tensor] | None = None,
         per_caption: bool = True,
     ):
         if max_caption_len < 1:
@@ -198,7 +182,6 @@ class CaptionDataset(Dataset):
         self.examples = list(examples)
         self.vocab = vocab
         self.max_caption_len = max_caption_len
-        self.image_transform = image_transform
         self.per_caption = per_caption
         if per_caption:
             self.items = [
@@ -213,11 +196,10 @@ class CaptionDataset(Dataset):
     def __getitem__(self, position: int) -> CaptionItem:
         example_index, caption_index = self.items[position]
         example = self.examples[example_index]
-        image = example.image
-        if self.image_transform is not None:
-            image = self.image_transform(image)
         words = example.captions[caption_index][: self.max_caption_len]
-        return CaptionItem(image, [BOS_ID, *self.vocab.encode(words), EOS_ID], example_index)
+        return CaptionItem(
+            example.image, [BOS_ID, *self.vocab.encode(words), EOS_ID], example_index
+        )
 
     def references(self, index: int) -> list[list[str]]:
         """Every reference caption (word lists) of example ``index`` (a ``Batch.index`` entry)."""

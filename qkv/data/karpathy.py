@@ -12,8 +12,8 @@ Images go through the same pipeline as the generated scenes, so a model sees one
 any PIL mode is converted to RGB (grayscale replicated to three channels, transparency
 composited onto white, palettes expanded), the EXIF orientation is applied, the shorter
 side is resized to ``image_size`` (bicubic) and the centre square cropped, giving a float
-tensor (3, image_size, image_size) in [0, 1]. ImageNet normalisation, where an encoder wants
-it, is ``qkv.data.captions.imagenet_normalize``.
+tensor (3, image_size, image_size) in [0, 1]. An encoder pretrained on ImageNet applies
+ImageNet's normalisation itself (``qkv.layers.cnn``).
 """
 
 from __future__ import annotations

@@ -56,23 +56,6 @@ class Hypotheses:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def for_source(self, index: int) -> Hypotheses:
-        """The ``num_return`` hypotheses of source ``index``, best first."""
-        if not 0 <= index < len(self.tokens) // self.num_return:
-            raise ValueError(
-                f"source index {index} out of range for "
-                f"{len(self.tokens) // self.num_return} sources"
-            )
-        rows = slice(index * self.num_return, (index + 1) * self.num_return)
-        return Hypotheses(
-            tokens=self.tokens[rows],
-            scores=self.scores[rows],
-            normalized_scores=self.normalized_scores[rows],
-            finished=self.finished[rows],
-            attention=None if self.attention is None else self.attention[rows],
-            num_return=self.num_return,
-        )
-
 
 def length_penalty_factor(length: Tensor, alpha: float) -> Tensor:
     """GNMT's length penalty (Wu et al. 2016): ``((5 + length) / 6) ** alpha``.

@@ -15,9 +15,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .captioner_config import CaptionerConfig
-
-__all__ = ["cell_boxes", "region_boxes", "attention_mass_in_box", "box_area_fraction"]
+__all__ = ["cell_boxes", "attention_mass_in_box", "box_area_fraction"]
 
 Box = tuple[float, float, float, float]  # (x0, y0, x1, y1) in pixels, x1 and y1 exclusive
 
@@ -32,11 +30,6 @@ def cell_boxes(image_size: int, grid: int) -> list[Box]:
         for row in range(grid)
         for column in range(grid)
     ]
-
-
-def region_boxes(config: CaptionerConfig) -> list[Box]:
-    """The pixel cell (x0, y0, x1, y1) of each of the P regions of a captioner's images."""
-    return cell_boxes(config.image_size, config.grid)
 
 
 def _overlap(a: Sequence[float], b: Sequence[float]) -> float:

@@ -1,4 +1,5 @@
-"""What every qkv plot shares: matplotlib without a window, and one way to write a figure."""
+"""What every qkv plot shares: matplotlib without a window, one way to turn weights or
+images into arrays, and one way to write a figure."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import matplotlib
 
 matplotlib.use("Agg")  # files, never a window: works on a headless machine
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from torch import Tensor  # noqa: E402
 
-__all__ = ["save_figure", "DPI"]
+__all__ = ["as_array", "save_figure", "DPI"]
 
 #: Resolution of every saved plot.
 DPI = 110
@@ -24,3 +27,11 @@ def save_figure(figure, path: str | Path) -> Path:
     figure.savefig(path, dpi=DPI)
     plt.close(figure)
     return path
+
+
+def as_array(values: Tensor | np.ndarray) -> np.ndarray:
+    """Weights or an image as a float32 numpy array, from a tensor (detached, on the CPU, any
+    dtype) or anything ``np.asarray`` takes."""
+    if isinstance(values, Tensor):
+        values = values.detach().float().cpu().numpy()
+    return np.asarray(values, dtype=np.float32)

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from .heatmaps import _as_array  # noqa: E402
+from .figures import as_array  # noqa: E402
 
 __all__ = ["plot_frame_attention"]
 
@@ -41,7 +41,7 @@ def plot_frame_attention(
         gridspec_kw={"height_ratios": [3, 1] * len(clips)},
     )
     for row, (clip, row_weights) in enumerate(zip(clips, weights)):
-        frames, values = _as_array(clip), _as_array(row_weights)
+        frames, values = as_array(clip), as_array(row_weights)
         frames = frames.reshape(len(frames), *frames.shape[-2:])
         if len(values) != len(frames):
             raise ValueError(f"clip {row}: {len(frames)} frames but {len(values)} weights")

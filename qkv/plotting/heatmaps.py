@@ -14,15 +14,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from .figures import save_figure  # noqa: E402
+from .figures import as_array, save_figure  # noqa: E402
 
 __all__ = ["plot_alignment", "plot_alignment_grid", "plot_image_attention"]
-
-
-def _as_array(weights: Tensor | np.ndarray) -> np.ndarray:
-    if isinstance(weights, Tensor):
-        weights = weights.detach().float().cpu().numpy()
-    return np.asarray(weights, dtype=np.float32)
 
 
 def _check_alignment(weights: np.ndarray, source: Sequence[str], target: Sequence[str]) -> None:
@@ -62,7 +56,7 @@ def plot_alignment(
     """Write a heatmap of one alignment: rows are generated tokens, columns source tokens.
 
     Shapes: weights (T_target, T_source), rows summing to 1.  Returns the PNG's path."""
-    weights = _as_array(weights)
+    weights = as_array(weights)
     _check_alignment(weights, source_tokens, target_tokens)
     width = min(2.0 + 0.32 * len(source_tokens), 30.0)
     height = min(1.5 + 0.32 * len(target_tokens), 30.0)
@@ -83,7 +77,7 @@ def plot_alignment_grid(
     """Several alignments side by side, e.g. every head of a layer.
 
     Shapes: weights (N, T_target, T_source)."""
-    weights = _as_array(weights)
+    weights = as_array(weights)
     if weights.ndim != 3:
         raise ValueError(f"expected (N, T_target, T_source) weights, got shape {weights.shape}")
     count = weights.shape[0]
@@ -116,13 +110,13 @@ def plot_image_attention(
 
     Shapes: image (3, H, W) in [0, 1] or (H, W, 3); maps (T, P) with P = grid rows x cols
     (a square grid when ``grid`` is None)."""
-    picture = _as_array(image)
+    picture = as_array(image)
     if picture.ndim == 3 and picture.shape[0] in (1, 3):
         picture = np.transpose(picture, (1, 2, 0))
     if picture.ndim != 3:
         raise ValueError(f"image must be (3, H, W) or (H, W, 3), got shape {picture.shape}")
     picture = np.clip(picture, 0.0, 1.0)
-    maps = _as_array(maps)
+    maps = as_array(maps)
     if maps.ndim != 2 or maps.shape[0] != len(words):
         raise ValueError(f"maps must be (T, P) with T = {len(words)} words, got shape {maps.shape}")
     if grid is None:

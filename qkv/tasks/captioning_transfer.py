@@ -129,10 +129,6 @@ class CachedRegionData:
     def __len__(self) -> int:
         return len(self.data)
 
-    @property
-    def cached_bytes(self) -> int:
-        return sum(f.numel() * f.element_size() for f in self.features.values())
-
     def collate(self, indices: Sequence[int]) -> Batch:
         batch = self.data.collate(indices)
         images = batch.index.tolist()
