@@ -98,10 +98,22 @@ def test_lm_decodes_with_the_shared_greedy_search_and_state_reordering():
     model = tiny_lm()
     source = random_ids(2, 3)
     hypotheses = greedy_search(model, source, max_len=5, bos_id=1, eos_id=2, pad_id=0)
-    assert len(hypotheses) == 2
+    for row, (tokens, score) in enumerate(zip(hypotheses.tokens, hypotheses.scores, strict=True)):
+        # the same search by hand: the full pass over prefix + BOS + what came so far
+        ids, want = torch.cat([source[row], torch.tensor([1])])[None], 0.0
+        for _ in range(5):
+            log_probs = model(ids).logits[0, -1].float().log_softmax(-1)
+            best = int(log_probs.argmax())
+            want += float(log_probs[best])
+            if best == 2:
+                break
+            ids = torch.cat([ids, torch.tensor([[best]])], dim=1)
+        assert tokens == ids[0, len(source[row]) + 1 :].tolist(), row
+        assert score == pytest.approx(want, abs=1e-4), row
     state = model.start(source)
     swapped = select_state(state, torch.tensor([1, 0]))
     torch.testing.assert_close(swapped.caches[0].key[0], state.caches[0].key[1])
+    torch.testing.assert_close(swapped.caches[0].key[1], state.caches[0].key[0])
 
 
 def test_filter_logits_keeps_top_k_and_the_nucleus():

@@ -1,4 +1,5 @@
-"""Attention plots are written as real PNG files, and bad shapes are refused clearly."""
+"""Plots read back as pixels: the attention, curves and cells land where the data puts them;
+bad shapes are refused clearly."""
 
 import json
 
@@ -80,19 +81,30 @@ def test_the_image_overlay_is_reddest_over_the_attended_region(tmp_path, region)
     assert cell == divmod(region, 4)
 
 
-def test_grid_and_overlay_are_pngs(tmp_path):
-    grid = plot_alignment_grid(
-        torch.softmax(torch.randn(3, 2, 4), -1), list("abcd"), ["x", "y"], tmp_path / "g.png"
-    )
-    overlay = plot_image_attention(
-        torch.rand(3, 32, 32),
-        ["a", "red", "square"],
-        torch.softmax(torch.randn(3, 16), -1),
-        tmp_path / "o.png",
-    )
-    for path in (grid, overlay):
-        with Image.open(path) as image:
-            assert image.format == "PNG"
+def _hot_cell(hot, cold, columns, rows, cells):
+    """(row, column) of the yellow cell inside the heatmap drawn in ``columns`` of the image."""
+    in_map = np.zeros_like(hot)
+    in_map[:, columns] = True
+    top, left, bottom, right = _box((hot | cold) & in_map)
+    hot_top, hot_left, hot_bottom, hot_right = _box(hot & in_map)
+    centre = ((hot_top + hot_bottom) / 2 - top, (hot_left + hot_right) / 2 - left)
+    return int(centre[0] / (bottom - top) * rows), int(centre[1] / (right - left) * cells)
+
+
+def test_each_panel_of_the_grid_shows_its_own_head(tmp_path):
+    """Three heads, each with all its weight on another cell: the grid's panels, left to
+    right, have their yellow cell where their own head put the weight."""
+    weights = torch.zeros(3, 2, 4)
+    attended = [(0, 0), (1, 1), (0, 3)]
+    for head, (row, column) in enumerate(attended):
+        weights[head, row, column] = 1.0
+    path = plot_alignment_grid(weights, list("abcd"), ["x", "y"], tmp_path / "g.png")
+    pixels = _pixels(path)
+    hot, cold = _near(pixels, (253, 231, 37)), _near(pixels, (68, 1, 84))
+    columns = np.flatnonzero((hot | cold).any(axis=0))
+    panels = np.split(columns, np.flatnonzero(np.diff(columns) > 1) + 1)
+    assert len(panels) == 3
+    assert [_hot_cell(hot, cold, panel, 2, 4) for panel in panels] == attended
 
 
 def test_mismatched_labels_and_grids_raise():
@@ -130,8 +142,14 @@ def test_training_log_plot_reads_a_run_log_and_refuses_a_bad_one(tmp_path):
         {"event": "end", "step": 20},
     ]
     (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    with Image.open(plot_training_log(tmp_path, tmp_path / "curves.png")) as image:
-        assert image.format == "PNG"
+    pixels = _pixels(plot_training_log(tmp_path, tmp_path / "curves.png"))
+    # training loss in tab:blue at alpha 0.8, validation loss tab:orange, BLEU tab:green
+    for rgb, falls in (((76, 146, 195), True), ((255, 127, 14), True), ((44, 160, 44), False)):
+        curve = _near(pixels, rgb, 20)
+        columns = np.flatnonzero(curve.any(axis=0))
+        first, last = columns.min(), columns.max()  # the curve's first and last points
+        higher_first = _rows_near(curve, first).mean() < _rows_near(curve, last).mean()
+        assert higher_first == falls, rgb  # the losses fall, BLEU rises (rows count down)
     (tmp_path / "bad.jsonl").write_text('{"event": "train"}\nnot json\n')
     with pytest.raises(ValueError, match="line 2 is not JSON"):
         plot_training_log(tmp_path / "bad.jsonl", tmp_path / "x.png")
