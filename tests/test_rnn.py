@@ -299,3 +299,34 @@ def test_learns_to_reverse_and_aligns_output_i_with_input_n_minus_1_minus_i():
     assert held_out < 0.05, f"held-out loss {held_out:.4f} after {steps} steps ({seconds:.1f} s)"
     accuracy = sum(aligned) / len(aligned)
     assert accuracy >= 0.9, f"alignment accuracy {accuracy:.2%}"
+
+
+def test_the_attention_name_picks_the_decoder_from_the_registry(monkeypatch):
+    from qkv.models import rnn_decoder_registry
+    from qkv.models.rnn_decoders import BahdanauDecoder, ContextDecoder, LuongDecoder
+
+    small = dict(source_vocab_size=12, embedding_dim=8, hidden_dim=8)
+    built = {
+        name: type(RNNTranslator(RNNConfig(**small, attention=name)).decoder)
+        for name in ("additive", "dot", "general")
+    }
+    assert built == {"additive": BahdanauDecoder, "dot": LuongDecoder, "general": LuongDecoder}
+    assert isinstance(RNNBaseline(RNNConfig(**small)).decoder, ContextDecoder)
+    # a new decoder is one registration: the config accepts its name and the model builds it
+    monkeypatch.setitem(
+        rnn_decoder_registry._DECODERS,
+        "fixed-context",
+        lambda config, context_dim: ContextDecoder(
+            embedding_dim=config.embedding_dim,
+            hidden_dim=config.hidden_dim,
+            context_dim=context_dim,
+            num_layers=config.num_layers,
+            cell=config.cell,
+            dropout=config.dropout,
+        ),
+    )
+    model = RNNTranslator(RNNConfig(**small, attention="fixed-context"))
+    assert isinstance(model.decoder, ContextDecoder)
+    assert model.decoder.readout.in_features == 8 + 16 + 8  # [s_t; c (2H, the encoder's); E y]
+    source = torch.tensor([[4, 5, 6], [7, 8, 0]])
+    assert model(source, torch.tensor([[1, 4], [1, 5]])).logits.shape == (2, 2, 12)

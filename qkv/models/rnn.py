@@ -25,14 +25,8 @@ from .base import Seq2SeqOutput, StepOutput
 from .checks import check_token_ids
 from .registry import register_model
 from .rnn_config import NO_ATTENTION, RNNConfig
-from .rnn_decoders import (
-    BahdanauDecoder,
-    ContextDecoder,
-    DecoderOutput,
-    LuongDecoder,
-    RecurrentDecoder,
-    RNNState,
-)
+from .rnn_decoder_registry import build_decoder
+from .rnn_decoders import DecoderOutput, RNNState
 
 __all__ = ["RNNTranslator", "RNNBaseline", "RNNConfig", "RNNState"]
 
@@ -76,7 +70,7 @@ class RNNTranslator(nn.Module):
         self.cell_bridge = (
             _layerwise_linear(config, 2 * hidden_dim, hidden_dim) if config.cell == "lstm" else None
         )
-        self.decoder = _make_decoder(config, context_dim=self.encoder.output_dim)
+        self.decoder = build_decoder(config, context_dim=self.encoder.output_dim)
         self.output = nn.Linear(hidden_dim, config.target_vocab_size)
 
     def _resolve(self, config: RNNConfig) -> RNNConfig:
@@ -199,22 +193,6 @@ class RNNBaseline(RNNTranslator):
                 "build RNNTranslator ('rnn-attention') to use a score"
             )
         return config.replace(attention=NO_ATTENTION)
-
-
-def _make_decoder(config: RNNConfig, *, context_dim: int) -> RecurrentDecoder:
-    sizes = dict(
-        embedding_dim=config.embedding_dim,
-        hidden_dim=config.hidden_dim,
-        context_dim=context_dim,
-        num_layers=config.num_layers,
-        cell=config.cell,
-        dropout=config.dropout,
-    )
-    if config.attention == NO_ATTENTION:
-        return ContextDecoder(**sizes)
-    if config.attention == "additive":
-        return BahdanauDecoder(**sizes, attention_dim=config.attention_dim or config.hidden_dim)
-    return LuongDecoder(score=config.attention, **sizes, input_feeding=config.input_feeding)
 
 
 def _layerwise_linear(config: RNNConfig, in_features: int, out_features: int) -> nn.ModuleList:

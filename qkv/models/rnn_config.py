@@ -11,12 +11,11 @@ from qkv.layers.recurrent import RECURRENT_CELLS
 from qkv.layers.scores import available_scores
 
 from .checks import check_dropout, check_positive_ints, check_vocabularies
+from .rnn_decoder_registry import NO_ATTENTION, available_decoders
 
 __all__ = ["RNNConfig", "CELLS", "NO_ATTENTION"]
 
 CELLS = tuple(RECURRENT_CELLS)  # ("gru", "lstm")
-#: ``attention="none"``: the baseline whose decoder sees only the encoder's final state.
-NO_ATTENTION = "none"
 
 
 @dataclass(frozen=True)
@@ -86,11 +85,11 @@ class RNNConfig:
         )
         if self.cell not in CELLS:
             raise ValueError(f"cell={self.cell!r} is not one of {CELLS}")
-        known = [*available_scores(), NO_ATTENTION]
+        known = [*available_scores(), *(d for d in available_decoders() if d != "additive")]
         if self.attention is not None and self.attention not in known:
             raise ValueError(
                 f"attention={self.attention!r} is not a known score; choose from {known} "
-                "(or register_score() a new one)"
+                "(or register_score() / register_decoder() a new one)"
             )
         if not isinstance(self.input_feeding, bool):
             raise TypeError(f"input_feeding={self.input_feeding!r} must be a bool")

@@ -11,6 +11,7 @@
   same places and with the same sizes as Bahdanau's c_t, so only the attention differs.
 
 Every score is the core's, through the generic :class:`~qkv.layers.Attention` layer.
+``RNNConfig.attention`` picks one from the registry of :mod:`.rnn_decoder_registry`.
 A decoder consumes embedded target tokens (B, T, E) and returns features (B, T, H) for the
 output layer.  ``parallel`` says whether it can consume a whole teacher-forced target at
 once; otherwise it takes one step (T = 1) per call.
