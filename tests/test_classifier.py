@@ -192,3 +192,34 @@ def test_attention_figures_are_written(tmp_path):
     alone = FrameTagger(ClassifierConfig(tagger_layers=0, **CONFIG))
     with pytest.raises(InputError, match="--feature-attention"):
         plot_classifier_attention(alone, data, tmp_path / "x.png")
+
+
+@pytest.mark.parametrize(
+    "pool, saved_as",
+    [("attention", {"pooling.query", "pooling.key.weight"}), ("mean", set()), ("last", None)],
+)
+def test_clip_pools_come_from_the_registry_and_keep_their_checkpoint_names(pool, saved_as):
+    from qkv.models.classifier import ClipClassifier
+
+    model = ClipClassifier(ClassifierConfig(pool=pool, **CONFIG)).eval()
+    names = {name for name in model.state_dict() if not name.startswith(("frames.", "output."))}
+    if saved_as is None:  # the GRU's weights, under the name checkpoints were written with
+        saved_as = {f"recurrent.{p}_l0" for p in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
+    assert names == saved_as
+    clips = torch.rand(2, 3, 1, 28, 28)
+    clips[1, 2] = PAD_FRAME  # the second clip has two real frames
+    out = model.classify(clips, need_attention=True)
+    assert out.logits.shape == (2, 1, 11)
+    assert ("frames" in (out.attention or {})) == (pool == "attention")
+    if pool == "last":  # the GRU's state after the last *real* frame: padding never read
+        vectors = model.frames(clips[1, :2])[0]
+        states, _ = torch.nn.GRU.forward(model.recurrent, vectors[None])
+        expected = model.output(states[0, -1])
+        torch.testing.assert_close(out.logits[1, 0], expected)
+
+
+def test_a_pool_that_reads_an_order_is_refused_for_regions():
+    with pytest.raises(InputError, match="region_pool='last' must be one of"):
+        ClassifierConfig(region_pool="last", **CONFIG)
+    with pytest.raises(InputError, match="pool='max' must be one of"):
+        ClassifierConfig(pool="max", **CONFIG)

@@ -4,7 +4,8 @@
 All three share :class:`FrameEncoder`: the captioner's region encoder (``RegionEncoder`` over
 ``SmallResNet`` or a torchvision trunk, built by the captioner's own builder, so its weights
 transfer as they are), optionally ``SelfAttention2d`` over its region grid, then the regions
-pooled to one vector per picture (mean, or a learned attention query).
+pooled to one vector per picture (mean, or a learned attention query).  Pools, of regions and
+of frames, are chosen by name from the registry of :mod:`.classifier_pools`.
 
 Labels ride the trainer's sequence format: class c is label id c + 1 and id 0 is ``<pad>``
 (no label: a padded frame), so the logits have K + 1 columns, column 0 being the pad id,
@@ -17,15 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor, nn
 
 from qkv.errors import InputError
-from qkv.layers import AttentionPooling, SelfAttention2d, SequenceTagger
+from qkv.layers import SelfAttention2d, SequenceTagger
 
 from .base import Seq2SeqOutput
 from .captioner_config import SMALL_RESNET, TORCHVISION_PREFIX
 from .captioner_encoder import build_region_encoder
+from .classifier_pools import available_pools, pool_kind
 from .registry import register_model
 
 __all__ = [
@@ -41,8 +42,10 @@ __all__ = [
 ]
 
 PAD_FRAME = -1.0
-IMAGE_POOLS = ("mean", "attention")
-CLIP_POOLS = ("attention", "mean", "last")
+#: The registered pools for an image's regions (those that read no order) and for a clip's
+#: frames; the first of each is its task's default.
+IMAGE_POOLS = ("mean", *(name for name in available_pools(ordered=False) if name != "mean"))
+CLIP_POOLS = available_pools()
 
 
 @dataclass(frozen=True)
@@ -83,10 +86,8 @@ class ClassifierConfig:
         for name in ("image_size", "feature_dim", "grid", "num_heads"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name}={getattr(self, name)} must be positive")
-        if self.region_pool not in IMAGE_POOLS:
-            raise InputError(f"region_pool={self.region_pool!r} must be one of {IMAGE_POOLS}")
-        if self.pool not in CLIP_POOLS:
-            raise InputError(f"pool={self.pool!r} must be one of {CLIP_POOLS}")
+        pool_kind(self.region_pool, ordered=False, field="region_pool")
+        pool_kind(self.pool, field="pool")
         if self.tagger_layers < 0 or not 0.0 <= self.dropout < 1.0:
             raise InputError(
                 f"tagger_layers={self.tagger_layers} must be >= 0, dropout={self.dropout} in [0, 1)"
@@ -112,9 +113,7 @@ class FrameEncoder(nn.Module):
         self.feature_attention = (
             SelfAttention2d(config.feature_dim) if config.feature_attention else None
         )
-        self.region_pool = (
-            AttentionPooling(config.feature_dim) if config.region_pool == "attention" else None
-        )
+        self.region_pool = pool_kind(config.region_pool).build(config.feature_dim)
         self.grid = config.grid
 
     def forward(self, images: Tensor, *, need_attention: bool = False) -> tuple[Tensor, dict]:
@@ -132,12 +131,10 @@ class FrameEncoder(nn.Module):
             regions = out.output.flatten(2).transpose(1, 2)  # (N, P, D)
             if out.weights is not None:
                 attention["feature"] = [out.weights]  # (N, P, P)
-        if self.region_pool is None:
-            return regions.mean(dim=1), attention  # (N, D)
-        pooled = self.region_pool(regions)
-        if need_attention:
+        pooled = self.region_pool(regions)  # (N, D)
+        if need_attention and pooled.weights is not None:
             attention["regions"] = [pooled.weights]  # (N, 1, P)
-        return pooled.pooled[:, 0], attention
+        return pooled.vector, attention
 
 
 class ImageClassifier(nn.Module):
@@ -174,36 +171,27 @@ def _encode_frames(
 
 
 class ClipClassifier(nn.Module):
-    """Many-to-one: frame vectors pooled over time ("attention": a learned query's weighted
-    mean; "mean": the plain mean; "last": a GRU's state after the last real frame), then a
-    linear layer.  Shapes: source (B, T, C, S, S) -> logits (B, 1, K + 1); with
+    """Many-to-one: frame vectors pooled over time by the pool ``config.pool`` names
+    ("attention": a learned query's weighted mean; "mean": the plain mean; "last": a GRU's
+    state after the last real frame), then a linear layer.  Shapes: source (B, T, C, S, S) -> logits (B, 1, K + 1); with
     ``need_attention`` the pooling weights ``attention["frames"] = [(B, 1, T)]``."""
 
     def __init__(self, config: ClassifierConfig):
         super().__init__()
         self.config = config
         self.frames = FrameEncoder(config)
-        width = config.feature_dim
-        self.pooling = AttentionPooling(width) if config.pool == "attention" else None
-        self.recurrent = nn.GRU(width, width, batch_first=True) if config.pool == "last" else None
+        kind = pool_kind(config.pool)
+        self._pool_attribute = kind.attribute  # the name its weights are saved under
+        setattr(self, kind.attribute, kind.build(config.feature_dim))
         self.dropout = nn.Dropout(config.dropout)
-        self.output = nn.Linear(width, config.num_classes + 1)
+        self.output = nn.Linear(config.feature_dim, config.num_classes + 1)
 
     def classify(self, source: Tensor, *, need_attention: bool = False) -> Seq2SeqOutput:
         vectors, mask, attention = _encode_frames(self.frames, source, need_attention)
-        if self.pooling is not None:
-            pooled = self.pooling(vectors, mask=mask)
-            clip = pooled.pooled[:, 0]  # (B, D)
-            if need_attention:
-                attention["frames"] = [pooled.weights]  # (B, 1, T)
-        elif self.recurrent is not None:
-            states, _ = self.recurrent(vectors)  # (B, T, D); padding comes after real frames
-            last = mask.sum(dim=1) - 1  # (B,)
-            clip = states[torch.arange(len(states), device=states.device), last]
-        else:
-            weights = mask.to(vectors.dtype) / mask.sum(dim=1, keepdim=True).clamp(min=1)
-            clip = (weights.unsqueeze(-1) * vectors).sum(dim=1)  # (B, D)
-        logits = self.output(self.dropout(clip)).unsqueeze(1)  # (B, 1, K + 1)
+        pooled = getattr(self, self._pool_attribute)(vectors, mask)  # (B, D)
+        if need_attention and pooled.weights is not None:
+            attention["frames"] = [pooled.weights]  # (B, 1, T)
+        logits = self.output(self.dropout(pooled.vector)).unsqueeze(1)  # (B, 1, K + 1)
         return Seq2SeqOutput(logits, attention or None)
 
     def forward(self, source: Tensor, target_input: Tensor | None = None) -> Seq2SeqOutput:
