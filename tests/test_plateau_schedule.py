@@ -175,3 +175,29 @@ def test_a_checkpoint_older_than_the_plateau_fields_still_resumes():
     with pytest.raises(ValueError, match=r"train\.plateau_factor 0\.5 -> 0\.3"):
         other = TrainConfig(device="cpu", plateau_factor=0.3)
         check_resumable(saved, train_config=other, directory="old", **arguments)
+
+
+def test_schedules_come_from_a_registry_and_only_the_plateau_reads_its_fields(monkeypatch):
+    from torch.optim.lr_scheduler import LambdaLR
+
+    from qkv.training import schedules
+
+    assert schedules.available_schedules() == ("inverse_sqrt", "cosine", "plateau")
+    optimizer = torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1.0)
+    options = dict(plateau_factor=0.25, plateau_patience=3)
+    plateau = build_schedule("plateau", optimizer, warmup_steps=0, **options)
+    assert (plateau.multiplier.factor, plateau.multiplier.patience) == (0.25, 3)
+    assert isinstance(
+        build_schedule("inverse_sqrt", optimizer, warmup_steps=2, **options), LambdaLR
+    )
+    # a new schedule is one registration; TrainConfig and the trainer's checks read its kind
+    constant = schedules.ScheduleKind("constant", lambda opt, **_: LambdaLR(opt, lambda i: 1.0))
+    monkeypatch.setitem(schedules._SCHEDULES, "constant", constant)
+    assert TrainConfig(schedule="constant").schedule == "constant"
+    assert build_schedule("constant", optimizer, warmup_steps=5).get_last_lr() == [1.0]
+    long = schedules.ScheduleKind("long", lambda opt, **_: None, needs_length=True)
+    monkeypatch.setitem(schedules._SCHEDULES, "long", long)
+    with pytest.raises(ValueError, match="schedule='long' needs a known length"):
+        TrainConfig(schedule="long", epochs=None, max_minutes=1.0)
+    with pytest.raises(ValueError, match="schedule='linear' is unknown; use one of"):
+        TrainConfig(schedule="linear")

@@ -7,9 +7,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .schedules import available_schedules, schedule_kind
+
 __all__ = ["TrainConfig", "SCHEDULES", "RESUME_MAY_CHANGE"]
 
-SCHEDULES = ("inverse_sqrt", "cosine", "plateau")
+SCHEDULES = available_schedules()  # the registry of qkv.training.schedules
 DEVICES = ("auto", "cpu", "cuda")
 
 #: Fields a resumed run may change: budgets and bookkeeping.  Every other field shapes the
@@ -81,8 +83,7 @@ class TrainConfig:
         if isinstance(self.betas, list):
             object.__setattr__(self, "betas", tuple(self.betas))
         _check_positive_finite("lr", self.lr)
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule={self.schedule!r} is unknown; use one of {SCHEDULES}")
+        schedule = schedule_kind(self.schedule)  # ValueError naming the choices
         _check_int("warmup_steps", self.warmup_steps, minimum=0)
         if not 0.0 <= self.min_lr <= self.lr:
             raise ValueError(f"min_lr={self.min_lr} must lie in [0, lr={self.lr}]")
@@ -107,8 +108,10 @@ class TrainConfig:
             _check_positive_finite("max_minutes", self.max_minutes)
         if self.epochs is None and self.max_steps is None and self.max_minutes is None:
             raise ValueError("set at least one budget: epochs, max_steps or max_minutes")
-        if self.schedule == "cosine" and self.epochs is None and self.max_steps is None:
-            raise ValueError("schedule='cosine' needs a known length: set max_steps or epochs")
+        if schedule.needs_length and self.epochs is None and self.max_steps is None:
+            raise ValueError(
+                f"schedule={self.schedule!r} needs a known length: set max_steps or epochs"
+            )
         _check_int("validate_every", self.validate_every, minimum=0)
         if self.patience is not None:
             _check_int("patience", self.patience, minimum=1)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
@@ -26,6 +28,10 @@ __all__ = [
     "cosine_schedule",
     "PlateauMultiplier",
     "PlateauLR",
+    "ScheduleKind",
+    "register_schedule",
+    "available_schedules",
+    "schedule_kind",
     "build_schedule",
 ]
 
@@ -161,6 +167,38 @@ class PlateauLR(LambdaLR):
         return True
 
 
+@dataclass(frozen=True)
+class ScheduleKind:
+    """A registered schedule: ``build(optimizer, *, warmup_steps, total_steps, floor,
+    **options)`` makes it.  ``options``: the ``TrainConfig`` fields only this schedule reads
+    (passed by those names).  ``needs_length``: it needs the run's length (``total_steps``);
+    ``needs_validation``: it listens to validation losses (``observe``)."""
+
+    name: str
+    build: Callable[..., LambdaLR]
+    options: tuple[str, ...] = ()
+    needs_length: bool = False
+    needs_validation: bool = False
+
+
+_SCHEDULES: dict[str, ScheduleKind] = {}
+
+
+def register_schedule(kind: ScheduleKind) -> ScheduleKind:
+    _SCHEDULES[kind.name] = kind
+    return kind
+
+
+def available_schedules() -> tuple[str, ...]:
+    return tuple(_SCHEDULES)
+
+
+def schedule_kind(name: str) -> ScheduleKind:
+    if name not in _SCHEDULES:
+        raise ValueError(f"schedule={name!r} is unknown; use one of {available_schedules()}")
+    return _SCHEDULES[name]
+
+
 def build_schedule(
     name: str,
     optimizer: Optimizer,
@@ -168,28 +206,56 @@ def build_schedule(
     warmup_steps: int,
     total_steps: int | None = None,
     floor: float = 0.0,
+    **options: Any,
+) -> LambdaLR:
+    """The schedule called ``name`` ("inverse_sqrt", "cosine", "plateau" or a registered
+    one); ``floor`` is the lowest lr of the cosine and plateau schedules, as a fraction of
+    the peak; ``options`` are the schedule's own (the plateau's ``plateau_factor`` and
+    ``plateau_patience``), the others' are ignored."""
+    kind = schedule_kind(name)
+    if kind.needs_length and total_steps is None:
+        raise ValueError(f"the {name} schedule needs total_steps")
+    own = {option: options[option] for option in kind.options if option in options}
+    return kind.build(
+        optimizer, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor, **own
+    )
+
+
+def _inverse_sqrt(optimizer: Optimizer, *, warmup_steps: int, **_: Any) -> LambdaLR:
+    return inverse_sqrt_schedule(optimizer, warmup_steps=warmup_steps)
+
+
+def _cosine(optimizer: Optimizer, *, warmup_steps: int, total_steps: int, floor: float) -> LambdaLR:
+    return cosine_schedule(
+        optimizer, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor
+    )
+
+
+def _plateau(
+    optimizer: Optimizer,
+    *,
+    warmup_steps: int,
+    floor: float,
     plateau_factor: float = 0.5,
     plateau_patience: int = 2,
+    **_: Any,
 ) -> LambdaLR:
-    """The schedule called ``name`` ("inverse_sqrt", "cosine" or "plateau"); ``floor`` is
-    the lowest lr of the cosine and plateau schedules, as a fraction of the peak."""
-    if name == "plateau":
-        return PlateauLR(
-            optimizer,
-            warmup_steps=warmup_steps,
-            factor=plateau_factor,
-            patience=plateau_patience,
-            floor=floor,
-        )
-    if name == "inverse_sqrt":
-        return inverse_sqrt_schedule(optimizer, warmup_steps=warmup_steps)
-    if name == "cosine":
-        if total_steps is None:
-            raise ValueError("the cosine schedule needs total_steps")
-        return cosine_schedule(
-            optimizer, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor
-        )
-    raise ValueError(f"unknown schedule {name!r}; use 'inverse_sqrt', 'cosine' or 'plateau'")
+    return PlateauLR(
+        optimizer,
+        warmup_steps=warmup_steps,
+        factor=plateau_factor,
+        patience=plateau_patience,
+        floor=floor,
+    )
+
+
+register_schedule(ScheduleKind("inverse_sqrt", _inverse_sqrt))
+register_schedule(ScheduleKind("cosine", _cosine, needs_length=True))
+register_schedule(
+    ScheduleKind(
+        "plateau", _plateau, options=("plateau_factor", "plateau_patience"), needs_validation=True
+    )
+)
 
 
 def _one_based(multiplier: Callable[..., float], **kwargs: float) -> Callable[[int], float]:

@@ -33,6 +33,7 @@ from .lock import lock_run
 from .loop import agree_before_step, budget_spent, log_now, step_groups, validate_now
 from .progress import JsonLog, LossWindow, ProgressBar
 from .resume import save_run, start_or_resume
+from .schedules import schedule_kind
 from .signals import StopSignals, TrainingInterrupted
 from .state import (
     BatchSampler,
@@ -94,8 +95,10 @@ class Trainer:
                 raise TypeError(f"{name} needs len(), source_lengths, target_lengths, collate()")
         if valid_data is None and config.patience is not None:
             raise InputError(f"patience={config.patience} needs valid_data to validate on")
-        if valid_data is None and config.schedule == "plateau":
-            raise InputError("schedule='plateau' needs valid_data: it decays on validation loss")
+        if valid_data is None and schedule_kind(config.schedule).needs_validation:
+            raise InputError(
+                f"schedule={config.schedule!r} needs valid_data: it listens to the validation loss"
+            )
         self.model_type = model_type_of(model)  # refuses unregistered models early
         self.model, self.config, self.evaluate = model, config, evaluate
         self.train_data, self.valid_data = train_data, valid_data
