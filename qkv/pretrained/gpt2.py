@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from qkv.errors import CheckpointError, MissingFileError
 from qkv.models.lm import TransformerLM, TransformerLMConfig
@@ -50,10 +50,14 @@ _CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 
 @dataclass
 class PretrainedLM:
-    """A loaded language model and its tokenizer (what ``qkv.tasks.lm.generate_text`` takes)."""
+    """A loaded language model and its tokenizer (what ``qkv.tasks.lm.generate_text`` takes).
 
-    model: TransformerLM
+    model: a :class:`TransformerLM` (GPT-2) or a :class:`~qkv.models.llama.LlamaLM` (Llama,
+    Qwen2, Mistral).  family: config.json's model_type."""
+
+    model: nn.Module
     tokenizer: Any
+    family: str = "gpt2"
 
 
 class GPT2Tokenizer:
