@@ -9,7 +9,6 @@ stored (in, out), the transpose of ``nn.Linear``'s; its attention input projecti
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from qkv.errors import CheckpointError, MissingFileError
+from qkv.errors import CheckpointError
 from qkv.models.lm import TransformerLM, TransformerLMConfig
+
+from .files import read_config, read_safetensors
 
 __all__ = ["load_gpt2", "gpt2_config_from_hf", "GPT2Tokenizer", "PretrainedLM"]
 
@@ -117,17 +118,8 @@ def load_gpt2(path: str | Path, *, device: str | torch.device = "cpu") -> Pretra
     """A :class:`TransformerLM` with the weights of a Hugging Face GPT-2 folder, in eval mode,
     and its tokenizer (None when the folder has no tokenizer.json)."""
     folder = Path(path)
-    for name in ("config.json", "model.safetensors"):
-        if not (folder / name).is_file():
-            raise MissingFileError(f"{folder / name} does not exist: a GPT-2 folder needs it")
-    hf = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    config = gpt2_config_from_hf(hf)
-    from safetensors.torch import load_file
-
-    try:
-        stored = load_file(str(folder / "model.safetensors"))
-    except Exception as error:  # safetensors raises its own types for corrupt files
-        raise CheckpointError(f"{folder / 'model.safetensors'} is corrupt ({error})") from None
+    config = gpt2_config_from_hf(read_config(folder))
+    stored = read_safetensors(folder)  # model.safetensors, or shards and their index
     model = TransformerLM(config)
     model.load_state_dict(_qkv_state_dict(stored, config), strict=True)
     tokenizer_file = folder / "tokenizer.json"
