@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from qkv.errors import CheckpointError
 from qkv.models.lm import TransformerLM, TransformerLMConfig
 
-from .files import read_config, read_safetensors
+from .files import FolderTokenizer, read_config, read_safetensors
 
 __all__ = ["load_gpt2", "gpt2_config_from_hf", "GPT2Tokenizer", "PretrainedLM"]
 
@@ -61,26 +61,14 @@ class PretrainedLM:
     family: str = "gpt2"
 
 
-class GPT2Tokenizer:
-    """GPT-2's byte-level BPE from its ``tokenizer.json`` (Hugging Face ``tokenizers``)."""
+class GPT2Tokenizer(FolderTokenizer):
+    """GPT-2's byte-level BPE from its ``tokenizer.json`` (Hugging Face ``tokenizers``); no
+    special tokens are added to a text."""
 
     kind = "gpt2"
 
     def __init__(self, path: str | Path):
-        from tokenizers import Tokenizer
-
-        self._tokenizer = Tokenizer.from_file(str(path))
-
-    def encode(self, text: str) -> list[int]:
-        return self._tokenizer.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids) -> str:
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        return self._tokenizer.decode(ids, skip_special_tokens=False)
-
-    @property
-    def vocab_size(self) -> int:
-        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+        super().__init__(path, add_special_tokens=False)
 
 
 def gpt2_config_from_hf(hf: dict[str, Any]) -> TransformerLMConfig:
