@@ -119,3 +119,14 @@ def test_cached_decoding_equals_full_forward_passes(window, layers):
     steps = [model.step(ids[:, t], state).log_probs for t in range(8, ids.shape[1])]
     full = F.log_softmax(model(ids).logits[:, 8:].float(), dim=-1)
     torch.testing.assert_close(torch.stack(steps, dim=1), full, rtol=0, atol=1e-5)
+
+
+def test_a_sliding_window_keeps_attention_on_the_fused_kernel():
+    from qkv.functional import explain_backend
+
+    q = torch.randn(1, 4, 12, 8)
+    k = v = torch.randn(1, 2, 12, 8)
+    mask = sliding_window_mask(12, 12, 5)
+    assert explain_backend(q, k, v, mask=mask, causal=True).backend == "sdpa"
+    weights_path = explain_backend(q, k, v, mask=mask, need_weights=True, weights_grad=False)
+    assert weights_path.backend == "explicit"  # one matrix gives output and weights
