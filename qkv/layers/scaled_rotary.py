@@ -29,7 +29,10 @@ class ScaledRotaryEmbedding(nn.Module):
     the fly.  With "dynamic" scaling the frequencies depend on the length read so far,
     ``p + T``: a call reading positions past ``original_max_len`` rotates its vectors with
     the frequencies of that length, and keys already in a KV cache keep the rotation they
-    were given (as Hugging Face's dynamic RoPE does during generation).
+    were given (as Hugging Face's dynamic RoPE does during generation).  So cached decoding
+    depends on how a prompt longer than ``original_max_len`` is split into calls:
+    :func:`qkv.decoding.sample` reads all but its last token first, where transformers'
+    ``generate`` reads it whole.
 
     Shapes: x (B, H, T, Dh) -> (B, H, T, Dh).
     """

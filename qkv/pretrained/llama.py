@@ -179,6 +179,8 @@ def _qkv_state_dict(stored: dict[str, Tensor], config: LlamaConfig) -> dict[str,
             )
         return stored.pop(name)
 
+    biased = {"self_attn.o_proj": config.output_bias}
+    biased.update({f"mlp.{name}_proj": config.mlp_bias for name in ("gate", "up", "down")})
     out["token_embedding.weight"] = take("embed_tokens.weight")
     out["final_norm.weight"] = take("norm.weight")
     for i in range(config.num_layers):
@@ -192,8 +194,7 @@ def _qkv_state_dict(stored: dict[str, Tensor], config: LlamaConfig) -> dict[str,
             out[f"{ours}self_attention.in_proj_bias"] = torch.cat(biases)
         for their_name, our_name in _BLOCK_NAMES.items():
             out[f"{ours}{our_name}.weight"] = take(f"{theirs}{their_name}.weight")
-            has_bias = config.output_bias if their_name == "self_attn.o_proj" else config.mlp_bias
-            if has_bias and their_name.startswith(("self_attn", "mlp")):
+            if biased.get(their_name, False):  # RMSNorms have no bias
                 out[f"{ours}{our_name}.bias"] = take(f"{theirs}{their_name}.bias")
     head = stored.pop("lm_head.weight", None)
     if config.tie_embeddings:
