@@ -76,11 +76,14 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
         "tokens as they are sampled. The prompt comes from --prompt or stdin."
         + EXAMPLE
         + 'qkv generate --checkpoint runs/lm --prompt "And God said" --max-new-tokens 200 --seed 1'
-        + '\n  echo "In the beginning" | qkv generate --checkpoint runs/lm --top-k 20',
+        + '\n  echo "In the beginning" | qkv generate --checkpoint runs/lm --top-k 20'
+        + '\n  qkv generate --pretrained models/qwen2 "The capital of France is" --temperature 0',
         formatter_class=raw,
     )
-    generate.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
+    generate.add_argument("--checkpoint", help="a run folder or a step folder")
+    generate.add_argument("--pretrained", help="a Hugging Face gpt2/llama/qwen2/mistral folder")
     generate.add_argument("--prompt", help="text to continue (default: read stdin)")
+    generate.add_argument("text", nargs="?", help="the prompt, as --prompt")
     generate.add_argument("--max-new-tokens", type=int, default=200, help="default: 200")
     generate.add_argument("--temperature", type=float, default=1.0, help="default: 1.0; 0 = greedy")
     generate.add_argument("--top-k", type=int, help="sample among the k most probable tokens")
@@ -125,10 +128,12 @@ def _train_lm(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from ..tasks.lm import generate_text, load_lm
+    from ..tasks.lm import generate_text
+    from ..tasks.pretrained_lm import load_generator
 
-    prompt = args.prompt if args.prompt is not None else sys.stdin.read().rstrip("\n")
-    lm = load_lm(args.checkpoint, device=args.device)
+    prompt = args.prompt if args.prompt is not None else args.text
+    prompt = prompt if prompt is not None else sys.stdin.read().rstrip("\n")
+    lm = load_generator(checkpoint=args.checkpoint, pretrained=args.pretrained, device=args.device)
     stream = args.num_samples == 1
 
     def show(text: str) -> None:

@@ -12,6 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from torch import Tensor  # noqa: E402
 
+from .fonts import use_label_fonts  # noqa: E402
+
 __all__ = ["as_array", "save_figure", "DPI"]
 
 #: Resolution of every saved plot.
@@ -20,9 +22,11 @@ DPI = 110
 
 def save_figure(figure, path: str | Path) -> Path:
     """Lay the figure out, write it to ``path`` (folders made as needed; the format follows
-    the suffix), close it, and return the path."""
+    the suffix), close it, and return the path.  Labels in scripts the default font lacks
+    (Chinese, Japanese, Korean) are drawn with a font that has them (``qkv.plotting.fonts``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    use_label_fonts(figure)
     figure.tight_layout()
     figure.savefig(path, dpi=DPI)
     plt.close(figure)

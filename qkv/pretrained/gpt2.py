@@ -9,16 +9,17 @@ stored (in, out), the transpose of ``nn.Linear``'s; its attention input projecti
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from qkv.errors import CheckpointError, MissingFileError
+from qkv.errors import CheckpointError
 from qkv.models.lm import TransformerLM, TransformerLMConfig
+
+from .files import FolderTokenizer, read_config, read_safetensors
 
 __all__ = ["load_gpt2", "gpt2_config_from_hf", "GPT2Tokenizer", "PretrainedLM"]
 
@@ -50,32 +51,24 @@ _CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 
 @dataclass
 class PretrainedLM:
-    """A loaded language model and its tokenizer (what ``qkv.tasks.lm.generate_text`` takes)."""
+    """A loaded language model and its tokenizer (what ``qkv.tasks.lm.generate_text`` takes).
 
-    model: TransformerLM
+    model: a :class:`TransformerLM` (GPT-2) or a :class:`~qkv.models.llama.LlamaLM` (Llama,
+    Qwen2, Mistral).  family: config.json's model_type."""
+
+    model: nn.Module
     tokenizer: Any
+    family: str = "gpt2"
 
 
-class GPT2Tokenizer:
-    """GPT-2's byte-level BPE from its ``tokenizer.json`` (Hugging Face ``tokenizers``)."""
+class GPT2Tokenizer(FolderTokenizer):
+    """GPT-2's byte-level BPE from its ``tokenizer.json`` (Hugging Face ``tokenizers``); no
+    special tokens are added to a text."""
 
     kind = "gpt2"
 
     def __init__(self, path: str | Path):
-        from tokenizers import Tokenizer
-
-        self._tokenizer = Tokenizer.from_file(str(path))
-
-    def encode(self, text: str) -> list[int]:
-        return self._tokenizer.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids) -> str:
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        return self._tokenizer.decode(ids, skip_special_tokens=False)
-
-    @property
-    def vocab_size(self) -> int:
-        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+        super().__init__(path, add_special_tokens=False)
 
 
 def gpt2_config_from_hf(hf: dict[str, Any]) -> TransformerLMConfig:
@@ -113,17 +106,8 @@ def load_gpt2(path: str | Path, *, device: str | torch.device = "cpu") -> Pretra
     """A :class:`TransformerLM` with the weights of a Hugging Face GPT-2 folder, in eval mode,
     and its tokenizer (None when the folder has no tokenizer.json)."""
     folder = Path(path)
-    for name in ("config.json", "model.safetensors"):
-        if not (folder / name).is_file():
-            raise MissingFileError(f"{folder / name} does not exist: a GPT-2 folder needs it")
-    hf = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    config = gpt2_config_from_hf(hf)
-    from safetensors.torch import load_file
-
-    try:
-        stored = load_file(str(folder / "model.safetensors"))
-    except Exception as error:  # safetensors raises its own types for corrupt files
-        raise CheckpointError(f"{folder / 'model.safetensors'} is corrupt ({error})") from None
+    config = gpt2_config_from_hf(read_config(folder))
+    stored = read_safetensors(folder)  # model.safetensors, or shards and their index
     model = TransformerLM(config)
     model.load_state_dict(_qkv_state_dict(stored, config), strict=True)
     tokenizer_file = folder / "tokenizer.json"

@@ -1,0 +1,98 @@
+"""Reading the files of a Hugging Face model folder: config.json, (sharded) safetensors, tokenizer.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from qkv.errors import CheckpointError, MissingFileError
+
+__all__ = ["read_config", "read_safetensors", "FolderTokenizer"]
+
+_INDEX = "model.safetensors.index.json"
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """The folder's config.json as a dict; MissingFileError / CheckpointError otherwise."""
+    if not folder.is_dir():
+        raise MissingFileError(f"no model folder at {folder}: it does not exist or is not a folder")
+    path = folder / "config.json"
+    if not path.is_file():
+        raise MissingFileError(f"{folder} has no config.json; found {_listing(folder)}")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path} is not valid JSON ({error})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path} holds {type(config).__name__}, not a JSON object")
+    return config
+
+
+def read_safetensors(folder: Path) -> dict[str, Tensor]:
+    """Every tensor of ``model.safetensors``, or of the shards that
+    ``model.safetensors.index.json`` names, by checkpoint name."""
+    from safetensors.torch import load_file
+
+    single, index = folder / "model.safetensors", folder / _INDEX
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
+            raise CheckpointError(f"{index} has no readable weight_map ({error})") from None
+        files = [folder / name for name in sorted(set(weight_map.values()))]
+        absent = [path.name for path in files if not path.is_file()]
+        if absent:
+            raise MissingFileError(f"{index} names shards that are not in {folder}: {absent}")
+    else:
+        raise MissingFileError(
+            f"{folder} has no weights: it needs model.safetensors (or sharded "
+            f"model-0000x-of-0000n.safetensors with {_INDEX}); found {_listing(folder)}"
+        )
+    tensors: dict[str, Tensor] = {}
+    for path in files:
+        try:
+            tensors.update(load_file(str(path)))
+        except Exception as error:  # safetensors raises its own types for corrupt files
+            raise CheckpointError(f"{path} is corrupt ({error})") from None
+    return tensors
+
+
+class FolderTokenizer:
+    """A folder's ``tokenizer.json`` (Hugging Face ``tokenizers``), encoding as the model was
+    trained: with ``add_special_tokens`` the file's post-processor adds what it says (Llama
+    and Mistral a BOS token, Qwen2 nothing)."""
+
+    kind = "huggingface"
+
+    def __init__(self, path: str | Path, *, add_special_tokens: bool = True):
+        from tokenizers import Tokenizer
+
+        try:
+            self._tokenizer = Tokenizer.from_file(str(path))
+        except Exception as error:  # tokenizers raises a bare Exception for a bad file
+            raise CheckpointError(f"{path} is not a tokenizers file ({error})") from None
+        self.add_special_tokens = add_special_tokens
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=self.add_special_tokens).ids
+
+    def decode(self, ids) -> str:
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        return self._tokenizer.decode(ids, skip_special_tokens=False)
+
+    def tokens(self, text: str) -> list[str]:
+        """The pieces of ``text`` as strings (what an attention plot labels its axes with)."""
+        return self._tokenizer.encode(text, add_special_tokens=self.add_special_tokens).tokens
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(entry.name for entry in folder.iterdir())

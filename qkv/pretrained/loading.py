@@ -1,0 +1,95 @@
+"""``load_pretrained(DIR)``: any supported Hugging Face folder, chosen by config.json's model_type.
+
+    bert                   -> PretrainedEncoder(BertModel, BertTokenizer)     (load_bert)
+    gpt2                   -> PretrainedLM(TransformerLM, GPT2Tokenizer)      (load_gpt2)
+    llama, qwen2, mistral  -> PretrainedLM(LlamaLM, FolderTokenizer)          (load_llama)
+
+The folder must hold its weights and its tokenizer (``tokenizer.json``; BERT also reads
+``vocab.txt``); an unsupported model_type, absent weights or an absent tokenizer is one
+:class:`~qkv.errors.QkvError` naming what is supported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from qkv.errors import CheckpointError, MissingFileError, QkvError
+
+from .bert import load_bert
+from .files import read_config
+from .gpt2 import PretrainedLM, load_gpt2
+from .llama import LLAMA_FAMILIES, load_llama
+
+__all__ = ["load_pretrained", "PretrainedEncoder", "PRETRAINED_FAMILIES"]
+
+
+@dataclass
+class PretrainedEncoder:
+    """A loaded encoder (BERT) and its tokenizer.  family: config.json's model_type."""
+
+    model: nn.Module
+    tokenizer: Any
+    family: str = "bert"
+
+
+def _bert(folder: Path, device: str | torch.device) -> PretrainedEncoder:
+    try:
+        model, tokenizer = load_bert(folder)
+    except QkvError:
+        raise
+    except (ValueError, FileNotFoundError) as error:  # load_bert's own plain errors
+        raise CheckpointError(str(error)) from None
+    return PretrainedEncoder(model.to(device), tokenizer)
+
+
+def _gpt2(folder: Path, device: str | torch.device) -> PretrainedLM:
+    return load_gpt2(folder, device=device)
+
+
+def _llama(folder: Path, device: str | torch.device) -> PretrainedLM:
+    return load_llama(folder, device=device)
+
+
+#: model_type -> the loader of that family's folders.
+PRETRAINED_FAMILIES: dict[str, Callable[[Path, str | torch.device], Any]] = {
+    "bert": _bert,
+    "gpt2": _gpt2,
+    **{family: _llama for family in LLAMA_FAMILIES},
+}
+_WEIGHTS = {"bert": ("model.safetensors", "pytorch_model.bin")}
+_TOKENIZERS = {"bert": ("tokenizer.json", "vocab.txt")}
+
+
+def load_pretrained(
+    path: str | Path, *, device: str | torch.device = "cpu"
+) -> PretrainedLM | PretrainedEncoder:
+    """The model of a Hugging Face folder in qkv's layers (eval mode) and its tokenizer.
+
+    Reads config.json's ``model_type`` and dispatches: see :data:`PRETRAINED_FAMILIES`."""
+    folder = Path(path)
+    hf = read_config(folder)
+    family = hf.get("model_type")
+    supported = sorted(PRETRAINED_FAMILIES)
+    if family not in PRETRAINED_FAMILIES:
+        raise CheckpointError(
+            f"{folder} holds a model_type={family!r} model; qkv reads the architectures {supported}"
+        )
+    weights = _WEIGHTS.get(family, ("model.safetensors", "model.safetensors.index.json"))
+    if not any((folder / name).is_file() for name in weights):
+        raise MissingFileError(
+            f"{folder} has no weights: a {family} folder needs {' or '.join(weights)} "
+            f"(qkv reads {supported})"
+        )
+    tokenizers = _TOKENIZERS.get(family, ("tokenizer.json",))
+    if not any((folder / name).is_file() for name in tokenizers):
+        raise MissingFileError(
+            f"{folder} has no tokenizer: a {family} folder needs {' or '.join(tokenizers)} "
+            f"(qkv reads {supported})"
+        )
+    return PRETRAINED_FAMILIES[family](folder, device)
