@@ -4,8 +4,9 @@ scores every language model of ``benchmarks.lm_end_to_end`` and ``benchmarks.lm_
 The recipe (nanoGPT's README, "I only have a macbook"): 4 layers x 128 wide, 4 heads, context
 64, batches of 12 random windows, AdamW at lr 1e-3 with 100 linear warm-up iterations and a
 cosine decay to 1e-4 over 2,000 iterations, betas (0.9, 0.99), weight decay 0.1 on the weight
-matrices, gradient clipping at 1.0, dropout 0.  The model is ``benchmarks.lm.PlainGPT``; the
-windows start anywhere in the training text, drawn uniformly with replacement as nanoGPT's
+matrices, gradient clipping at 1.0, dropout 0.  The model is ``benchmarks.lm.PlainGPT``,
+initialised as nanoGPT's (``nano_init``: normal weights of std 0.02, the residual projections'
+scaled by 1/sqrt(2 x layers), zero biases); the windows start anywhere in the training text, drawn uniformly with replacement as nanoGPT's
 ``get_batch`` does.  The loop itself evaluates nothing (the scoring happens on snapshots
 taken at wall-clock marks, after the clock has stopped), so it is the fastest a plain loop of
 this recipe runs.
@@ -55,6 +56,21 @@ def nano_lr(recipe: NanoRecipe, iteration: int) -> float:
         return recipe.min_lr
     progress = (iteration - recipe.warmup) / (recipe.iterations - recipe.warmup)
     return recipe.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (recipe.lr - recipe.min_lr)
+
+
+def nano_init(model: PlainGPT) -> None:
+    """nanoGPT's initialisation: N(0, 0.02) weights (embeddings too; the head is tied), the
+    residual output projections N(0, 0.02 / sqrt(2 * layers)), zero biases."""
+    residual_std = 0.02 / math.sqrt(2 * len(model.blocks))
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                module.weight.normal_(0.0, 0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                module.bias.zero_()
+        for block in model.blocks:
+            block.proj.weight.normal_(0.0, residual_std)
+            block.fc_out.weight.normal_(0.0, residual_std)
 
 
 @dataclass

@@ -185,3 +185,21 @@ def test_a_batch_of_windows_is_the_windows_padded(length, context, picks):
     expected = pad_sequences([data[i] for i in indices])
     batch = data.collate(indices)
     assert torch.equal(batch.target, expected) and batch.index.tolist() == indices
+
+
+def test_lm_options_reach_the_train_config():
+    from qkv.cli.main import build_parser
+    from qkv.cli.options import train_config_from
+
+    parse = build_parser().parse_args
+    default = train_config_from(parse(["train", "lm", "--out", "x", "--max-steps", "5"]))
+    assert default.valid_batches == 10 and default.weight_decay == 0.0
+    given = train_config_from(
+        parse(
+            ["train", "lm", "--out", "x", "--max-steps", "5", "--valid-batches", "0"]
+            + ["--weight-decay", "0.1", "--beta2", "0.99"]
+        )
+    )
+    assert (given.valid_batches, given.weight_decay, given.betas) == (0, 0.1, (0.9, 0.99))
+    with pytest.raises(InputError, match="weight_decay"):
+        train_config_from(parse(["train", "lm", "--out", "x", "--weight-decay", "2"]))

@@ -136,7 +136,7 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=_DEFAULTS.valid_batches,
         help="validate on this many validation batches, the same ones each time, and on all "
-        "of them at the end (default: all every time; lm: 20)",
+        "of them at the end (default: all every time; lm: 10)",
     )
     group.add_argument(
         "--patience", type=int, help="early stopping: validations without improvement"
