@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from qkv.training import TrainConfig
+from qkv.training import TrainConfig, seed_everything, train
 from qkv.training.validation import SampledBatches
-from tests.train_worker import FixedBatches, small_run
+from tests.train_worker import FixedBatches, ToyConfig, ToySampler, ToySeq2Seq, copy_data, small_run
 
 
 @pytest.fixture(autouse=True)
@@ -53,3 +53,35 @@ def test_a_sampled_run_scores_its_sample_then_the_whole_text_at_the_end(tmp_path
     assert "valid_loss_full" not in some[0] and "valid_loss_full" not in whole.valid
     # the sample is half the text: not its mean
     assert some[0]["valid_loss"] != pytest.approx(every[0]["valid_loss"])
+
+
+def test_a_run_stopped_early_scores_the_whole_text_too(tmp_path):
+    scores = iter([10.0, 12.0, 11.0, 9.0, 50.0])  # patience 2 runs out at step 4
+    seed_everything(1)
+    data = copy_data(24, seed=5)
+    config = TrainConfig(
+        lr=1e-2,
+        warmup_steps=1,
+        epochs=None,
+        max_steps=20,
+        validate_every=1,
+        patience=2,
+        valid_batches=1,
+        device="cpu",
+    )
+    result = train(
+        ToySeq2Seq(ToyConfig()),
+        data,
+        data,
+        config,
+        tmp_path,
+        evaluate=lambda m: {"bleu": next(scores)},
+        train_batches=ToySampler(24, 4),
+        valid_batches=FixedBatches([[0, 1], [2, 3], [4, 5]]),
+    )
+    assert result.stop_reason == "early_stopping" and result.steps == 4
+    lines = (tmp_path / "log.jsonl").read_text().splitlines()
+    full = [r for r in map(json.loads, lines) if r["event"] == "valid_full"]
+    assert [r["step"] for r in full] == [4]
+    assert result.valid["valid_loss_full"] == full[0]["valid_loss_full"]
+    assert result.valid["valid_loss"] != pytest.approx(result.valid["valid_loss_full"])
