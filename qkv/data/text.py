@@ -67,10 +67,10 @@ def load_text(name_or_path: str) -> TextCorpus:
 
 
 def _kjv() -> TextCorpus:
-    from .bible import bible_verses
+    from .bible import english_verses
 
     def join(split: str) -> str:
-        return "".join(verse.en + "\n" for verse in bible_verses(split) if verse.en)
+        return "".join(text + "\n" for text in english_verses(split) if text)
 
     return TextCorpus("kjv", join("train"), join("valid"))
 
