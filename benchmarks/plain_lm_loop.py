@@ -6,8 +6,8 @@ The recipe (nanoGPT's README, "I only have a macbook"): 4 layers x 128 wide, 4 h
 cosine decay to 1e-4 over 2,000 iterations, betas (0.9, 0.99), weight decay 0.1 on the weight
 matrices, gradient clipping at 1.0, dropout 0.  The model is ``benchmarks.lm.PlainGPT``,
 initialised as nanoGPT's (``nano_init``: normal weights of std 0.02, the residual projections'
-scaled by 1/sqrt(2 x layers), zero biases); the windows start anywhere in the training text, drawn uniformly with replacement as nanoGPT's
-``get_batch`` does.  The loop itself evaluates nothing (the scoring happens on snapshots
+scaled by 1/sqrt(2 x layers), zero biases); the windows start anywhere in the training
+text, drawn uniformly with replacement as nanoGPT's ``get_batch`` does.  The loop itself evaluates nothing (the scoring happens on snapshots
 taken at wall-clock marks, after the clock has stopped), so it is the fastest a plain loop of
 this recipe runs.
 
@@ -97,6 +97,7 @@ def train_plain(
     model = PlainGPT(
         vocab_size, recipe.d_model, recipe.num_heads, recipe.num_layers, recipe.context
     )
+    nano_init(model)
     matrices = [p for p in model.parameters() if p.dim() >= 2]
     vectors = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
