@@ -31,7 +31,9 @@ from qkv.training.step import TrainStep
 
 #: (phase, owner, attribute): what each timer wraps, for every family.
 GENERIC_PHASES = [
+    ("trainer setup (sampler, optimizer, resume)", trainer_module.Trainer, "_prepare"),
     ("data: batching", TokenBatchSampler, "batches"),
+    ("loop: collation, bookkeeping", trainer_module.Trainer, "_run_epoch"),
     ("step", TrainStep, "__call__"),
     ("logging, progress", trainer_module.Trainer, "_log_window"),
     ("logging, progress", ProgressBar, "update"),
@@ -160,6 +162,6 @@ def breakdown_rows(run: dict[str, Any]) -> list[list[object]]:
     total = run["seconds"]
     rows = [[p, phases.calls[p], s, s / total] for p, s in phases.seconds.items()]
     other = total - sum(phases.seconds.values())
-    rows.append(["other (model, optimizer, evaluate, loop)", "—", other, other / total])
+    rows.append(["the rest (the task's data, tokenizer, model)", "—", other, other / total])
     rows.append(["the whole run", 1, total, 1.0])
     return rows
