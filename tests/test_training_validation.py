@@ -85,3 +85,8 @@ def test_a_run_stopped_early_scores_the_whole_text_too(tmp_path):
     assert [r["step"] for r in full] == [4]
     assert result.valid["valid_loss_full"] == full[0]["valid_loss_full"]
     assert result.valid["valid_loss"] != pytest.approx(result.valid["valid_loss_full"])
+
+
+def test_a_sample_as_large_as_the_data_is_no_sample(tmp_path):
+    _, result = small_run(tmp_path, max_steps=2, valid_batches=2)  # the toy data has two
+    assert "valid_loss_full" not in result.valid and "valid_loss" in result.valid

@@ -53,8 +53,8 @@ class SampledBatches:
 
 class Validation:
     """What a run's validations score: ``sample`` of the validation batches spread evenly
-    (``SampledBatches``; 0 = all of them) at each validation, and all of them too at the
-    last one (``valid_loss_full``, ``valid_ppl_full``)."""
+    (``SampledBatches``; 0, or as many as there are: all of them) at each validation, and
+    all of them too at the last one (``valid_loss_full``, ``valid_ppl_full``)."""
 
     def __init__(
         self,
@@ -67,7 +67,8 @@ class Validation:
         autocast: AbstractContextManager,
     ):
         self.data, self.all_batches, self.context = data, batches, context
-        self.sampled = SampledBatches(batches, sample) if sample > 0 else None
+        sampling = 0 < sample < len(batches.batches(0))
+        self.sampled = SampledBatches(batches, sample) if sampling else None
         self.evaluate, self.autocast = evaluate, autocast
 
     def __call__(self, model: nn.Module, *, last: bool = False) -> dict[str, float]:
