@@ -42,6 +42,13 @@ GENERIC_PHASES = [
     ("checkpoints", trainer_module.Trainer, "_save"),
 ]
 RECORDED_GROUPS = 16
+PREPARE = GENERIC_PHASES[0][0]
+
+
+def clock_seconds(run: dict[str, Any]) -> float:
+    """The seconds on the trainer's clock (what ``--max-minutes`` counts): the trainer's,
+    less its setup (whose first AdamW imports torch._dynamo: seconds, once per process)."""
+    return run["trainer_seconds"] - run["phases"].seconds[PREPARE]
 
 
 class Phases:
