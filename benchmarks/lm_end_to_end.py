@@ -12,7 +12,7 @@ One process, in turn:
    (``benchmarks.run_breakdown``): corpus, tokenizer, encoding and windows; batching and
    collation; the step; logging and progress; validation; checkpoints; and the rest
    (building the model and optimizer, the loop's own bookkeeping).  The weights are copied
-   at M/3, 2M/3 and M minutes of wall time;
+   at M/3, 2M/3 and M minutes of the trainer's clock (as `--max-minutes` counts);
 2. right after it, the bare step: qkv's ``TrainStep`` on the run's first batches, already in
    memory, for a tenth of the budget (a copy of the model, a fresh optimizer);
 3. the plain loop of ``benchmarks.plain_lm_loop`` (nanoGPT's CPU recipe), until its 2,000

@@ -93,8 +93,9 @@ def instrumented_run(
 ) -> dict[str, Any]:
     """Run ``qkv *argv`` in this process with the phases timed.  Returns the model, its step
     (``train_step``), the first groups of batches, the counts (steps, target tokens, items:
-    examples), the wall seconds (``trainer_seconds``: of the trainer alone), the Phases, and the weights at each minute mark of wall time
-    since the command started (a mark after the end: the final weights)."""
+    examples), the wall seconds (``trainer_seconds``: of the trainer alone), the Phases, and
+    the weights at each minute mark of the trainer's clock (from the end of its setup, as
+    ``--max-minutes`` counts; a mark after the end: the final weights)."""
     phases, seen = Phases(), {"tokens": 0, "steps": 0, "items": 0, "groups": []}
     snapshots: dict[float, dict[str, torch.Tensor]] = {}
     timed = {(o, n): phases.wrap(p, getattr(o, n)) for p, o, n in GENERIC_PHASES + phases_of_task}
@@ -110,11 +111,18 @@ def instrumented_run(
         seen["tokens"] += int(global_tokens)
         seen["items"] += sum(len(batch.index) for batch in micro_batches)
         seen["steps"] += 1
-        while pending and time.perf_counter() - start >= 60 * pending[0]:
+        while pending and time.perf_counter() - seen["clock_start"] >= 60 * pending[0]:
             snapshots[pending.pop(0)] = weights_of(self.model)
         return loss
 
     timed[(TrainStep, "__call__")] = step
+    timed_prepare = timed[(trainer_module.Trainer, "_prepare")]
+
+    def prepare(self: trainer_module.Trainer) -> None:
+        timed_prepare(self)
+        seen["clock_start"] = time.perf_counter()  # where the trainer's clock starts
+
+    timed[(trainer_module.Trainer, "_prepare")] = prepare
     trainer_run = trainer_module.Trainer.run
 
     def run(self: trainer_module.Trainer) -> Any:
