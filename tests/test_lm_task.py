@@ -193,13 +193,13 @@ def test_lm_options_reach_the_train_config():
 
     parse = build_parser().parse_args
     default = train_config_from(parse(["train", "lm", "--out", "x", "--max-steps", "5"]))
-    assert default.valid_batches == 10 and default.weight_decay == 0.0
+    assert default.eval_batches == 10 and default.weight_decay == 0.0
     given = train_config_from(
         parse(
-            ["train", "lm", "--out", "x", "--max-steps", "5", "--valid-batches", "0"]
+            ["train", "lm", "--out", "x", "--max-steps", "5", "--eval-batches", "0"]
             + ["--weight-decay", "0.1", "--beta2", "0.99"]
         )
     )
-    assert (given.valid_batches, given.weight_decay, given.betas) == (0, 0.1, (0.9, 0.99))
+    assert (given.eval_batches, given.weight_decay, given.betas) == (0, 0.1, (0.9, 0.99))
     with pytest.raises(InputError, match="weight_decay"):
         train_config_from(parse(["train", "lm", "--out", "x", "--weight-decay", "2"]))

@@ -31,9 +31,9 @@ def test_a_sample_spreads_evenly_over_the_batches_and_never_changes():
         SampledBatches(batches, 0)
 
 
-def test_valid_batches_must_be_a_count():
-    with pytest.raises(ValueError, match="valid_batches"):
-        TrainConfig(valid_batches=-1)
+def test_eval_batches_must_be_a_count():
+    with pytest.raises(ValueError, match="eval_batches"):
+        TrainConfig(eval_batches=-1)
 
 
 def validations(out_dir) -> list[dict]:
@@ -44,7 +44,7 @@ def validations(out_dir) -> list[dict]:
 def test_a_sampled_run_scores_its_sample_then_the_whole_text_at_the_end(tmp_path):
     # the toy validation data has two batches; one of them is the sample
     _, whole = small_run(tmp_path / "whole", max_steps=4, validate_every=2)
-    _, sampled = small_run(tmp_path / "sampled", max_steps=4, validate_every=2, valid_batches=1)
+    _, sampled = small_run(tmp_path / "sampled", max_steps=4, validate_every=2, eval_batches=1)
     every, some = validations(tmp_path / "whole"), validations(tmp_path / "sampled")
     assert [r["step"] for r in every] == [r["step"] for r in some] == [2, 4]
     # the same training (validation draws no random numbers): the full text agrees
@@ -66,7 +66,7 @@ def test_a_run_stopped_early_scores_the_whole_text_too(tmp_path):
         max_steps=20,
         validate_every=1,
         patience=2,
-        valid_batches=1,
+        eval_batches=1,
         device="cpu",
     )
     result = train(
@@ -88,5 +88,5 @@ def test_a_run_stopped_early_scores_the_whole_text_too(tmp_path):
 
 
 def test_a_sample_as_large_as_the_data_is_no_sample(tmp_path):
-    _, result = small_run(tmp_path, max_steps=2, valid_batches=2)  # the toy data has two
+    _, result = small_run(tmp_path, max_steps=2, eval_batches=2)  # the toy data has two
     assert "valid_loss_full" not in result.valid and "valid_loss" in result.valid

@@ -14,7 +14,7 @@ LM_TRAIN_DEFAULTS = dict(
     warmup_steps=100,
     label_smoothing=0.0,
     validate_every=250,
-    valid_batches=10,  # a fixed sample (nanoGPT: eval_iters); ~1.5% of a run at 250 steps
+    eval_batches=10,  # a fixed sample (nanoGPT: eval_iters); ~1.5% of a run at 250 steps
     log_every=50,
     max_tokens=None,
 )
@@ -29,7 +29,7 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
         description="Train a decoder-only Transformer language model on the built-in King James "
         "Bible (kjv, ~4.5 MB of English) or any UTF-8 text file (its last 5% of lines are the "
         "validation text). Language-model training defaults: --lr 0.002, --warmup-steps 100, "
-        "--label-smoothing 0, --validate-every 250, --valid-batches 10, --log-every 50. Checkpoints, the tokenizer and log.jsonl (with validation loss and "
+        "--label-smoothing 0, --validate-every 250, --eval-batches 10, --log-every 50. Checkpoints, the tokenizer and log.jsonl (with validation loss and "
         "perplexity) go to --out; --resume continues exactly; `qkv curves` plots the run."
         + EXAMPLE
         + "qkv train lm --data kjv --out runs/lm --size small --max-minutes 10 --threads 1"

@@ -132,9 +132,9 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
         help="steps between validations and checkpoints",
     )
     group.add_argument(
-        "--valid-batches",
+        "--eval-batches",
         type=int,
-        default=_DEFAULTS.valid_batches,
+        default=_DEFAULTS.eval_batches,
         help="validate on this many validation batches, the same ones each time, and on all "
         "of them at the end (default: all every time; lm: 10)",
     )
@@ -191,7 +191,7 @@ def train_config_from(args: argparse.Namespace, *, recipe: bool = False) -> Trai
         max_steps=args.max_steps,
         max_minutes=args.max_minutes,
         validate_every=args.validate_every,
-        valid_batches=args.valid_batches,
+        eval_batches=args.eval_batches,
         patience=args.patience,
         seed=args.seed,
         log_every=args.log_every,

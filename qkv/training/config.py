@@ -20,7 +20,7 @@ RESUME_MAY_CHANGE = frozenset(
         "max_steps",
         "max_minutes",
         "validate_every",
-        "valid_batches",
+        "eval_batches",
         "patience",
         "log_every",
         "device",
@@ -56,7 +56,7 @@ class TrainConfig:
         (None = unlimited, but at least one must be set).
     validate_every: validate and checkpoint every this many steps (0 = only at epoch ends),
         and always at each epoch end and when training stops.
-    valid_batches: validate on this many of the validation data's batches, spread evenly over
+    eval_batches: validate on this many of the validation data's batches, spread evenly over
         them and the same ones at every validation (nanoGPT's ``eval_iters``), so that a
         validation costs a fixed, small share of a run and the curve compares like with like;
         the run's last validation also scores all of them (``valid_loss_full``).  0 = all of
@@ -86,7 +86,7 @@ class TrainConfig:
     max_steps: int | None = None
     max_minutes: float | None = None
     validate_every: int = 1000
-    valid_batches: int = 0
+    eval_batches: int = 0
     patience: int | None = None
     seed: int = 0
     log_every: int = 100
@@ -125,7 +125,7 @@ class TrainConfig:
         if self.schedule == "cosine" and self.epochs is None and self.max_steps is None:
             raise ValueError("schedule='cosine' needs a known length: set max_steps or epochs")
         _check_int("validate_every", self.validate_every, minimum=0)
-        _check_int("valid_batches", self.valid_batches, minimum=0)
+        _check_int("eval_batches", self.eval_batches, minimum=0)
         if self.patience is not None:
             _check_int("patience", self.patience, minimum=1)
         _check_int("seed", self.seed, minimum=0)

@@ -155,7 +155,7 @@ class Trainer:
                 self.valid_data,
                 self.valid_batches,
                 context,
-                sample=config.valid_batches,
+                sample=config.eval_batches,
                 evaluate=self.evaluate,
                 autocast=self.train_step.autocast,
             )
