@@ -19,6 +19,7 @@ from qkv.data.bible import (
     TEST_BOOKS,
     VALID_BOOKS,
     bible_verses,
+    english_verses,
     kjv_slots,
     load_bible_en_es,
 )
@@ -211,3 +212,9 @@ def test_a_zlib_bomb_is_not_inflated(tmp_path):
     _bomb(tmp_path, claimed=50_000_000)  # an index that admits it: refused before inflating
     with pytest.raises(DataError, match="claims 50,000,000 bytes uncompressed"):
         read_ztext(tmp_path, "nt")
+
+
+@needs_modules
+def test_the_english_text_alone_is_the_english_of_every_verse():
+    for split in (None, *SPLITS):
+        assert english_verses(split) == [verse.en for verse in bible_verses(split)]

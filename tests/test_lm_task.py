@@ -4,9 +4,12 @@ import json
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from qkv.cli.main import main
 from qkv.data import load_tokenizer
+from qkv.data.batch import pad_sequences
 from qkv.data.text import TextDataset, load_text
 from qkv.data.text_tokenizers import ByteBPETokenizer, encode_prompt, train_text_tokenizer
 from qkv.decoding import sample
@@ -168,3 +171,35 @@ def test_cli_trains_and_streams_the_same_text_the_library_generates(tmp_path, ca
     assert capsys.readouterr().out == streamed
     assert main(args + ["--prompt", "a line ~"]) == 2  # '~' is not in the text
     assert "never saw in training: '~'" in capsys.readouterr().err
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    length=st.integers(2, 60),
+    context=st.integers(1, 9),
+    picks=st.lists(st.integers(0, 10**6), min_size=1, max_size=6),
+)
+def test_a_batch_of_windows_is_the_windows_padded(length, context, picks):
+    data = TextDataset(torch.arange(4, 4 + length), context=context)
+    indices = [pick % len(data) for pick in picks]
+    expected = pad_sequences([data[i] for i in indices])
+    batch = data.collate(indices)
+    assert torch.equal(batch.target, expected) and batch.index.tolist() == indices
+
+
+def test_lm_options_reach_the_train_config():
+    from qkv.cli.main import build_parser
+    from qkv.cli.options import train_config_from
+
+    parse = build_parser().parse_args
+    default = train_config_from(parse(["train", "lm", "--out", "x", "--max-steps", "5"]))
+    assert default.eval_batches == 10 and default.weight_decay == 0.0
+    given = train_config_from(
+        parse(
+            ["train", "lm", "--out", "x", "--max-steps", "5", "--eval-batches", "0"]
+            + ["--weight-decay", "0.1", "--beta2", "0.99"]
+        )
+    )
+    assert (given.eval_batches, given.weight_decay, given.betas) == (0, 0.1, (0.9, 0.99))
+    with pytest.raises(InputError, match="weight_decay"):
+        train_config_from(parse(["train", "lm", "--out", "x", "--weight-decay", "2"]))

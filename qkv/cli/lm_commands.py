@@ -14,6 +14,7 @@ LM_TRAIN_DEFAULTS = dict(
     warmup_steps=100,
     label_smoothing=0.0,
     validate_every=250,
+    eval_batches=10,  # a fixed sample (nanoGPT: eval_iters); ~1.5% of a run at 250 steps
     log_every=50,
     max_tokens=None,
 )
@@ -28,7 +29,7 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
         description="Train a decoder-only Transformer language model on the built-in King James "
         "Bible (kjv, ~4.5 MB of English) or any UTF-8 text file (its last 5% of lines are the "
         "validation text). Language-model training defaults: --lr 0.002, --warmup-steps 100, "
-        "--label-smoothing 0, --validate-every 250, --log-every 50. Checkpoints, the tokenizer and log.jsonl (with validation loss and "
+        "--label-smoothing 0, --validate-every 250, --eval-batches 10, --log-every 50. Checkpoints, the tokenizer and log.jsonl (with validation loss and "
         "perplexity) go to --out; --resume continues exactly; `qkv curves` plots the run."
         + EXAMPLE
         + "qkv train lm --data kjv --out runs/lm --size small --max-minutes 10 --threads 1"
@@ -113,7 +114,8 @@ def _train_lm(args: argparse.Namespace) -> int:
     if args.max_tokens is None:
         args.max_tokens = args.batch_size * (setup.context_length + 1)
     result = train_lm(setup, train_config_from(args), args.out, resume=args.resume)
-    valid = result.valid
+    full = {k.removesuffix("_full"): v for k, v in result.valid.items() if k.endswith("_full")}
+    valid = full or result.valid
     summary = (
         f", valid loss {valid['valid_loss']:.4f} (perplexity {valid['valid_ppl']:.2f})"
         if "valid_loss" in valid

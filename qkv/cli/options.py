@@ -101,6 +101,18 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
         help="gradient-norm clipping (0 = off)",
     )
     group.add_argument(
+        "--weight-decay",
+        type=float,
+        default=_DEFAULTS.weight_decay,
+        help=f"AdamW weight decay of the weight matrices (default: {_DEFAULTS.weight_decay:g})",
+    )
+    group.add_argument(
+        "--beta2",
+        type=float,
+        default=_DEFAULTS.betas[1],
+        help=f"AdamW's beta2 (default: {_DEFAULTS.betas[1]:g})",
+    )
+    group.add_argument(
         "--accumulate",
         type=int,
         default=_DEFAULTS.accumulate,
@@ -118,6 +130,13 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=_DEFAULTS.validate_every,
         help="steps between validations and checkpoints",
+    )
+    group.add_argument(
+        "--eval-batches",
+        type=int,
+        default=_DEFAULTS.eval_batches,
+        help="validate on this many validation batches, the same ones each time, and on all "
+        "of them at the end (default: all every time; lm: 10)",
     )
     group.add_argument(
         "--patience", type=int, help="early stopping: validations without improvement"
@@ -163,6 +182,8 @@ def train_config_from(args: argparse.Namespace, *, recipe: bool = False) -> Trai
             _DEFAULTS.label_smoothing if args.label_smoothing is None else args.label_smoothing
         ),
         clip_norm=args.clip_norm,
+        weight_decay=args.weight_decay,
+        betas=(_DEFAULTS.betas[0], args.beta2),
         accumulate=args.accumulate,
         bf16=args.bf16,
         max_tokens=_DEFAULTS.max_tokens if args.max_tokens is None else args.max_tokens,
@@ -170,6 +191,7 @@ def train_config_from(args: argparse.Namespace, *, recipe: bool = False) -> Trai
         max_steps=args.max_steps,
         max_minutes=args.max_minutes,
         validate_every=args.validate_every,
+        eval_batches=args.eval_batches,
         patience=args.patience,
         seed=args.seed,
         log_every=args.log_every,

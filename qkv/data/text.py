@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from ..errors import DataError, InputError, MissingFileError
-from .batch import Batch, pad_sequences
+from .batch import PAD_ID, Batch
 
 __all__ = ["TextCorpus", "TEXT_CORPORA", "load_text", "TextDataset", "VALID_FRACTION"]
 
@@ -67,10 +67,10 @@ def load_text(name_or_path: str) -> TextCorpus:
 
 
 def _kjv() -> TextCorpus:
-    from .bible import bible_verses
+    from .bible import english_verses
 
     def join(split: str) -> str:
-        return "".join(verse.en + "\n" for verse in bible_verses(split) if verse.en)
+        return "".join(text + "\n" for text in english_verses(split) if text)
 
     return TextCorpus("kjv", join("train"), join("valid"))
 
@@ -79,6 +79,7 @@ class TextDataset:
     """A token stream cut into windows of ``context + 1`` tokens, each starting ``context``
     tokens after the previous one (neighbours share one token), so every token but the first
     is predicted exactly once per epoch.  The last window may be shorter (padded in batches).
+    A batch is one gather from the stream (no per-window Python work).
 
     A window is a trainer example with no source and the window as target: the model reads
     ``target[:, :-1]`` and predicts ``target[:, 1:]`` (:class:`~qkv.data.batch.Batch`).
@@ -101,6 +102,8 @@ class TextDataset:
         self.starts = list(range(0, self.ids.numel() - 1, context))
         self.target_lengths = [min(context + 1, self.ids.numel() - start) for start in self.starts]
         self.source_lengths = [0] * len(self.starts)
+        self._starts = torch.tensor(self.starts, dtype=torch.long)
+        self._lengths = torch.tensor(self.target_lengths, dtype=torch.long)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -110,7 +113,12 @@ class TextDataset:
         return self.ids[start : start + self.target_lengths[index]]
 
     def collate(self, indices: Sequence[int]) -> Batch:
-        indices = list(indices)
-        target = pad_sequences([self[i] for i in indices])
-        source = target.new_zeros((len(indices), 0))
-        return Batch(source, target, torch.as_tensor(indices, dtype=torch.long))
+        index = torch.as_tensor(indices, dtype=torch.long)
+        if index.numel() == 0:
+            raise ValueError("cannot collate an empty list of windows")
+        lengths = self._lengths[index]  # (B,)
+        offsets = torch.arange(int(lengths.max()))  # (T,)
+        positions = self._starts[index, None] + offsets  # (B, T)
+        target = self.ids[positions.clamp(max=self.ids.numel() - 1)]
+        target = target.masked_fill(offsets >= lengths[:, None], PAD_ID)  # the short last window
+        return Batch(target.new_zeros((len(index), 0)), target, index)

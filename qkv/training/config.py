@@ -17,7 +17,16 @@ DEVICES = ("auto", "cpu", "cuda")
 #: Fields a resumed run may change: budgets and bookkeeping.  Every other field shapes the
 #: optimisation itself, so resuming with a different value is refused.
 RESUME_MAY_CHANGE = frozenset(
-    {"epochs", "max_steps", "max_minutes", "validate_every", "patience", "log_every", "device"}
+    {
+        "epochs",
+        "max_steps",
+        "max_minutes",
+        "validate_every",
+        "eval_batches",
+        "patience",
+        "log_every",
+        "device",
+    }
 )
 
 
@@ -49,6 +58,11 @@ class TrainConfig:
         (None = unlimited, but at least one must be set).
     validate_every: validate and checkpoint every this many steps (0 = only at epoch ends),
         and always at each epoch end and when training stops.
+    eval_batches: validate on this many of the validation data's batches, spread evenly over
+        them and the same ones at every validation (nanoGPT's ``eval_iters``), so that a
+        validation costs a fixed, small share of a run and the curve compares like with like;
+        the run's last validation also scores all of them (``valid_loss_full``).  0 = all of
+        them at every validation.
     patience: stop after this many validations without improvement (None = never).  The
         metric is "bleu" (higher is better) when the evaluate callback returns one, else the
         validation loss (lower is better).
@@ -74,6 +88,7 @@ class TrainConfig:
     max_steps: int | None = None
     max_minutes: float | None = None
     validate_every: int = 1000
+    eval_batches: int = 0
     patience: int | None = None
     seed: int = 0
     log_every: int = 100
@@ -113,6 +128,7 @@ class TrainConfig:
                 f"schedule={self.schedule!r} needs a known length: set max_steps or epochs"
             )
         _check_int("validate_every", self.validate_every, minimum=0)
+        _check_int("eval_batches", self.eval_batches, minimum=0)
         if self.patience is not None:
             _check_int("patience", self.patience, minimum=1)
         _check_int("seed", self.seed, minimum=0)

@@ -44,7 +44,7 @@ from .state import (
     total_steps,
 )
 from .step import TrainStep
-from .validation import record_validation, validate
+from .validation import Validation, record_validation
 
 __all__ = ["Trainer", "TrainResult", "TrainingInterrupted", "train"]
 
@@ -160,6 +160,16 @@ class Trainer:
         self.train_step = TrainStep(
             self.model, self.wrapped, self.optimizer, self.scheduler, config, context
         )
+        self.validation = None
+        if self.valid_data is not None:
+            self.validation = Validation(
+                self.valid_data,
+                self.valid_batches,
+                context,
+                sample=config.eval_batches,
+                evaluate=self.evaluate,
+                autocast=self.train_step.autocast,
+            )
         self.log = JsonLog(
             self.out_dir / "log.jsonl",
             active=context.is_main,
@@ -216,7 +226,7 @@ class Trainer:
                 state.step, epoch_ended=epoch_ended, stopping=bool(stop), validate_every=every
             ):
                 with self.window.paused():  # tokens/s counts training only
-                    if self._validate_and_save():
+                    if self._validate_and_save(last=bool(stop)):
                         stop = stop or "early_stopping"
             if stop or epoch_ended:
                 return stop
@@ -228,7 +238,12 @@ class Trainer:
             if stop == "interrupted":
                 self._save(improved=False)  # no validation: a preempted job has seconds
             else:
-                self._validate_and_save()
+                self._validate_and_save(last=True)
+        elif stop == "early_stopping" and self.validation is not None:
+            full = self.validation.full_text(self.model)  # its last validation scored a sample
+            self.valid_metrics.update(full)
+            if full:
+                self.log.write("valid_full", step=state.step, elapsed=self._elapsed(), **full)
         self.log.write(
             "end", step=state.step, epoch=state.epoch, reason=stop, elapsed=self._elapsed()
         )
@@ -268,19 +283,13 @@ class Trainer:
 
     # ---------------------------------------------------------------- validation, checkpoints
 
-    def _validate_and_save(self) -> bool:
-        """Validate, checkpoint (best too if improved); True when patience has run out."""
+    def _validate_and_save(self, *, last: bool = False) -> bool:
+        """Validate, checkpoint (best too if improved); True when patience has run out.
+        The ``last`` validation of a run also scores all the validation data."""
         state = self.state
         self.valid_metrics = {}
-        if self.valid_data is not None:
-            self.valid_metrics = validate(
-                self.model,
-                self.valid_data,
-                self.valid_batches,
-                self.context,
-                evaluate=self.evaluate,
-                autocast=self.train_step.autocast,
-            )
+        if self.validation is not None:
+            self.valid_metrics = self.validation(self.model, last=last)
         improved = record_validation(state, self.valid_metrics, self.scheduler)
         if self.valid_metrics:
             self.log.write(

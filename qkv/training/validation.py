@@ -17,6 +17,8 @@ from .schedules import PlateauLR
 from .state import BatchSampler, TrainerState, TrainingData
 
 __all__ = [
+    "SampledBatches",
+    "Validation",
     "validate",
     "validation_loss",
     "choose_metric",
@@ -27,6 +29,73 @@ __all__ = [
 
 #: Metrics where larger is better; every other metric (losses) is better when smaller.
 HIGHER_IS_BETTER = frozenset({"bleu", "chrf", "accuracy"})
+
+
+class SampledBatches:
+    """``count`` of another sampler's epoch-0 batches, spread evenly over its list (the first,
+    the last and evenly between), the same ones at every call: a validation that costs a fixed
+    share of the run and scores the same examples each time.  Every batch when ``count`` is at
+    least their number."""
+
+    def __init__(self, batches: BatchSampler, count: int):
+        if count < 1:
+            raise ValueError(f"count={count} must be at least 1")
+        every = batches.batches(0)
+        if count >= len(every):
+            self.chosen = every
+        else:
+            spacing = (len(every) - 1) / max(count - 1, 1)
+            self.chosen = [every[round(i * spacing)] for i in range(count)]
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        return [list(batch) for batch in self.chosen]
+
+
+class Validation:
+    """What a run's validations score: ``sample`` of the validation batches spread evenly
+    (``SampledBatches``; 0, or as many as there are: all of them) at each validation, and
+    all of them too at the last one (``valid_loss_full``, ``valid_ppl_full``)."""
+
+    def __init__(
+        self,
+        data: TrainingData,
+        batches: BatchSampler,
+        context: DistributedContext,
+        *,
+        sample: int,
+        evaluate: Callable[[nn.Module], Mapping[str, float]] | None,
+        autocast: AbstractContextManager,
+    ):
+        self.data, self.all_batches, self.context = data, batches, context
+        sampling = 0 < sample < len(batches.batches(0))
+        self.sampled = SampledBatches(batches, sample) if sampling else None
+        self.evaluate, self.autocast = evaluate, autocast
+
+    def __call__(self, model: nn.Module, *, last: bool = False) -> dict[str, float]:
+        """Validate (``validate``); at the ``last`` validation, the full text as well."""
+        batches = self.sampled or self.all_batches
+        metrics = validate(
+            model,
+            self.data,
+            batches,
+            self.context,
+            evaluate=self.evaluate,
+            autocast=self.autocast,
+        )
+        if last:
+            metrics.update(self.full_text(model))
+        return metrics
+
+    def full_text(self, model: nn.Module) -> dict[str, float]:
+        """The loss over all the validation batches (``*_full``); {} when every validation
+        scores them all already."""
+        if self.sampled is None:
+            return {}
+        model.eval()
+        with torch.no_grad(), self.autocast:
+            metrics = validation_loss(model, self.data, self.all_batches, self.context)
+        model.train()
+        return {f"{name}_full": value for name, value in metrics.items()}
 
 
 def validate(

@@ -1,0 +1,182 @@
+"""Where a `qkv train ...` run's time goes, and its speed against its own bare step.
+
+``instrumented_run`` calls the CLI in this process with timers around the pieces of a run
+(``GENERIC_PHASES`` plus a task's own), each counting its own time only (a collation inside
+validation is validation's).  It records the run's first batches; ``bare_step_rate`` then runs
+qkv's ``TrainStep`` on those batches, already in memory, with no loop around it: the speed the
+run would have with data, validation, logging and checkpoints free.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+import qkv.training.trainer as trainer_module
+import qkv.training.validation as validation_module
+from qkv.cli.main import main as qkv_main
+from qkv.data.batching import TokenBatchSampler
+from qkv.training import TrainConfig
+from qkv.training.optimizer import make_optimizer
+from qkv.training.progress import ProgressBar
+from qkv.training.step import TrainStep
+
+#: (phase, owner, attribute): what each timer wraps, for every family.
+GENERIC_PHASES = [
+    ("trainer setup (sampler, optimizer, resume)", trainer_module.Trainer, "_prepare"),
+    ("data: batching", TokenBatchSampler, "batches"),
+    ("loop: collation, bookkeeping", trainer_module.Trainer, "_run_epoch"),
+    ("step", TrainStep, "__call__"),
+    ("logging, progress", trainer_module.Trainer, "_log_window"),
+    ("logging, progress", ProgressBar, "update"),
+    ("validation: loss", validation_module, "validation_loss"),
+    ("validation: evaluate callback", validation_module, "validate"),
+    ("checkpoints", trainer_module.Trainer, "_save"),
+]
+RECORDED_GROUPS = 16
+PREPARE = GENERIC_PHASES[0][0]
+
+
+def clock_seconds(run: dict[str, Any]) -> float:
+    """The seconds on the trainer's clock (what ``--max-minutes`` counts): the trainer's,
+    less its setup (whose first AdamW imports torch._dynamo: seconds, once per process)."""
+    return run["trainer_seconds"] - run["phases"].seconds[PREPARE]
+
+
+class Phases:
+    """Exclusive wall time per phase: a timed call inside another counts for itself only."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._nested: list[float] = []
+
+    def wrap(self, phase: str, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            self._nested.append(0.0)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                total = time.perf_counter() - start
+                self.seconds[phase] += total - self._nested.pop()
+                self.calls[phase] += 1
+                if self._nested:
+                    self._nested[-1] += total
+
+        return timed
+
+
+@contextmanager
+def patched(replacements: list[tuple[object, str, Callable]]) -> Iterator[None]:
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in replacements]
+    try:
+        for owner, name, new in replacements:
+            setattr(owner, name, new)
+        yield
+    finally:
+        for owner, name, old in reversed(saved):
+            setattr(owner, name, old)
+
+
+def instrumented_run(
+    argv: list[str], phases_of_task: list[tuple[str, object, str]], *, marks: list[float] = ()
+) -> dict[str, Any]:
+    """Run ``qkv *argv`` in this process with the phases timed.  Returns the model, its step
+    (``train_step``), the first groups of batches, the counts (steps, target tokens, items:
+    examples), the wall seconds (``trainer_seconds``: of the trainer alone), the Phases, and
+    the weights at each minute mark of the trainer's clock (from the end of its setup, as
+    ``--max-minutes`` counts; a mark after the end: the final weights)."""
+    phases, seen = Phases(), {"tokens": 0, "steps": 0, "items": 0, "groups": []}
+    snapshots: dict[float, dict[str, torch.Tensor]] = {}
+    timed = {(o, n): phases.wrap(p, getattr(o, n)) for p, o, n in GENERIC_PHASES + phases_of_task}
+    timed_step = timed[(TrainStep, "__call__")]
+    pending = sorted(marks)
+    start = time.perf_counter()
+
+    def step(self: TrainStep, micro_batches: list, *, global_tokens: float) -> torch.Tensor:
+        loss = timed_step(self, micro_batches, global_tokens=global_tokens)
+        seen["train_step"] = self
+        if len(seen["groups"]) < RECORDED_GROUPS:
+            seen["groups"].append((micro_batches, global_tokens))
+        seen["tokens"] += int(global_tokens)
+        seen["items"] += sum(len(batch.index) for batch in micro_batches)
+        seen["steps"] += 1
+        while pending and time.perf_counter() - seen["clock_start"] >= 60 * pending[0]:
+            snapshots[pending.pop(0)] = weights_of(self.model)
+        return loss
+
+    timed[(TrainStep, "__call__")] = step
+    timed_prepare = timed[(trainer_module.Trainer, "_prepare")]
+
+    def prepare(self: trainer_module.Trainer) -> None:
+        timed_prepare(self)
+        seen["clock_start"] = time.perf_counter()  # where the trainer's clock starts
+
+    timed[(trainer_module.Trainer, "_prepare")] = prepare
+    trainer_run = trainer_module.Trainer.run
+
+    def run(self: trainer_module.Trainer) -> Any:
+        began = time.perf_counter()
+        try:
+            return trainer_run(self)
+        finally:
+            seen["trainer_seconds"] = time.perf_counter() - began
+
+    timed[(trainer_module.Trainer, "run")] = run
+    with patched([(owner, name, fn) for (owner, name), fn in timed.items()]):
+        qkv_main(argv)
+    seconds = time.perf_counter() - start
+    for mark in pending:
+        snapshots[mark] = weights_of(seen["train_step"].model)
+    return dict(
+        seen, model=seen["train_step"].model, seconds=seconds, phases=phases, snapshots=snapshots
+    )
+
+
+def weights_of(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: value.detach().clone() for name, value in model.state_dict().items()}
+
+
+def bare_step_rate(run: dict[str, Any], *, seconds: float) -> tuple[float, float, int]:
+    """Target tokens/s and items/s of qkv's TrainStep on the run's recorded batches (a copy of
+    its model and a fresh optimizer, so the run's weights stay as they are), cycling through
+    them for about ``seconds``; and the steps timed."""
+    ran: TrainStep = run["train_step"]
+    model = copy.deepcopy(ran.model)
+    model.train()
+    config = TrainConfig(label_smoothing=ran.label_smoothing, clip_norm=ran.clip_norm, lr=1e-4)
+    optimizer = make_optimizer(model, config)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    step = TrainStep(model, model, optimizer, scheduler, config, ran.context)
+    groups = run["groups"]
+    step(*groups[0][:1], global_tokens=groups[0][1])  # warm-up
+    steps = tokens = items = 0
+    start = time.perf_counter()
+    while steps < 3 or time.perf_counter() - start < seconds:
+        micro_batches, global_tokens = groups[steps % len(groups)]
+        step(micro_batches, global_tokens=global_tokens)
+        steps, tokens = steps + 1, tokens + global_tokens
+        items += sum(len(batch.index) for batch in micro_batches)
+    elapsed = time.perf_counter() - start
+    return tokens / elapsed, items / elapsed, steps
+
+
+def breakdown_rows(run: dict[str, Any]) -> list[list[object]]:
+    """Phase, calls, seconds and share of the run's wall time; then the rest and the total."""
+    phases: Phases = run["phases"]
+    total = run["seconds"]
+    rows = [[p, phases.calls[p], s, s / total] for p, s in phases.seconds.items()]
+    other = total - sum(phases.seconds.values())
+    rows.append(["the rest (the task's data, tokenizer, model)", "—", other, other / total])
+    rows.append(["the whole run", 1, total, 1.0])
+    return rows
