@@ -36,7 +36,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "docs/explorer.md is its manual." + EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    explore.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
+    add_model_options(explore)
     explore.add_argument(
         "inputs",
         nargs="*",
@@ -78,6 +78,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     _register_attention(commands)
 
 
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """The model to look at: a qkv run, or a pretrained Hugging Face folder."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="a run folder or a step folder")
+    source.add_argument(
+        "--pretrained",
+        metavar="DIR",
+        help="a Hugging Face folder (config.json, weights, tokenizer) of BERT or GPT-2 "
+        "(Llama, Qwen2, Mistral where qkv.pretrained reads them)",
+    )
+
+
 def add_sampling_options(parser: argparse.ArgumentParser) -> None:
     """Language models: the tokens to sample after the prompt, as `qkv generate` samples."""
     parser.add_argument(
@@ -96,7 +108,7 @@ def add_sampling_options(parser: argparse.ArgumentParser) -> None:
 
 def _explore(args: argparse.Namespace) -> int:
     from ..errors import InputError
-    from ..explore import check_page_path, explorer_of_type, render_html, serve, write_html
+    from ..explore import check_page_path, explorer_of_type
     from ..training import checkpoint_model_type
 
     if not args.out and not args.serve:
@@ -105,6 +117,11 @@ def _explore(args: argparse.Namespace) -> int:
         check_page_path(args.out)
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port {args.port} must be between 0 (any free port) and 65535")
+    if args.pretrained:
+        data = _pretrained_data(args)
+        for page in data["inputs"]:
+            print(f"{page['name']} -> {len(page['source_tokens'])} tokens")
+        return _write_page(args, data)
     model_type = checkpoint_model_type(args.checkpoint)
     if args.generate and not explorer_of_type(model_type).generates:
         raise InputError("--generate N is for language models; this checkpoint decodes")
@@ -119,11 +136,35 @@ def _explore(args: argparse.Namespace) -> int:
         print(
             f"{page['name']} -> {page['output']}" + (f" (true: {' '.join(truth)})" if truth else "")
         )
+    return _write_page(args, data)
+
+
+def _write_page(args: argparse.Namespace, data: dict) -> int:
+    from ..explore import render_html, serve, write_html
+
     if args.out:
         print(f"explorer: {write_html(data, args.out)}")
     if args.serve:
         serve(render_html(data), port=args.port)
     return 0
+
+
+def _pretrained_data(args: argparse.Namespace) -> dict:
+    from ..errors import InputError
+    from ..explore import explore, load_folder
+
+    inputs = args.inputs or [line.strip() for line in sys.stdin if line.strip()]
+    if not inputs:
+        raise InputError("no inputs: pass texts as arguments or on stdin")
+    if args.test is not None:
+        raise InputError("--test N is for classifiers; pass texts")
+    loaded = load_folder(args.pretrained, device=args.device)
+    sampling = dict(
+        generate=args.generate, temperature=args.temperature, top_k=args.top_k, seed=args.seed
+    )
+    data = explore(loaded.model, inputs, tokenizer=loaded.tokenizer, **sampling)
+    data["model"]["architecture"] = loaded.architecture
+    return data
 
 
 def _decoder_data(args: argparse.Namespace, model_type: str) -> dict:
@@ -182,7 +223,7 @@ def _register_attention(commands: argparse._SubParsersAction) -> None:
         '  qkv attention --checkpoint runs/lm "And God said" --weights-out lm.npz',
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    attention.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
+    add_model_options(attention)
     attention.add_argument("sentence", help="the source sentence (a language model: the text)")
     attention.add_argument("--out", help="PNG file to write")
     attention.add_argument(
@@ -214,19 +255,26 @@ def _attention(args: argparse.Namespace) -> int:
     for path in (args.out, args.weights_out):
         if path and not Path(path).resolve().parent.is_dir():
             raise InputError(f"the folder of {path!r} does not exist; create it first")
+    if args.pretrained:
+        from ..explore import load_folder
+
+        loaded = load_folder(args.pretrained)
+        return _text_attention(args, loaded.model, loaded.tokenizer)
     if checkpoint_model_type(args.checkpoint) == "lm":
-        return _lm_attention(args)
+        from ..tasks.lm import load_lm
+
+        lm = load_lm(args.checkpoint)
+        return _text_attention(args, lm.model, lm.tokenizer)
     return _translation_attention(args)
 
 
-def _lm_attention(args: argparse.Namespace) -> int:
-    from ..explore import lm_attention, plot_attention, write_weights
-    from ..tasks.lm import load_lm
+def _text_attention(args: argparse.Namespace, model, tokenizer) -> int:
+    """A model that reads one sequence: a language model, a BERT encoder."""
+    from ..explore import plot_attention, text_attention, write_weights
 
-    lm = load_lm(args.checkpoint)
-    tokens, layers = lm_attention(lm.model, lm.tokenizer, args.sentence)
+    view, tokens, layers = text_attention(model, tokenizer, args.sentence)
     if args.weights_out:
-        path = write_weights(args.weights_out, {"self": layers}, tokens=tokens)
+        path = write_weights(args.weights_out, {view: layers}, tokens=tokens)
         print(f"weights: {path}")
     if args.out:
         path = plot_attention(
@@ -234,7 +282,7 @@ def _lm_attention(args: argparse.Namespace) -> int:
             tokens,
             tokens,
             args.out,
-            name="causal self-attention",
+            name=f"{view} self-attention",
             layer=args.layer,
             head=args.head,
             all_heads=args.all_heads,

@@ -13,11 +13,12 @@ docs/explorer.md is the page's manual and the data's schema.
 import sys
 import types
 
-from .arrays import lm_attention, plot_attention, write_weights
+from .arrays import plot_attention, text_attention, write_weights
 from .build import explore
 from .extract import classifier_attention, decode_hypotheses, teacher_forced_attention
 from .language import causal_attention, induction_scores
 from .page import check_page_path, iframe_html, render_html, write_html
+from .pretrained import FolderTokenizer, load_folder
 from .registry import (
     ExplorerAdapter,
     ExploreRequest,
@@ -54,7 +55,9 @@ __all__ = [
     "head_summary",
     "quantize",
     "WEIGHT_SCALE",
-    "lm_attention",
+    "text_attention",
+    "load_folder",
+    "FolderTokenizer",
     "plot_attention",
     "write_weights",
     "causal_attention",

@@ -8,30 +8,28 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
 from torch import Tensor, nn
 
 from qkv.errors import InputError
 from qkv.plotting import plot_alignment, plot_alignment_grid
 
-from .language import causal_attention, prompt_ids
-from .views import model_device, token_labels
+from .registry import explorer_for
+from .views import token_labels
 
-__all__ = ["lm_attention", "write_weights", "plot_attention"]
+__all__ = ["text_attention", "write_weights", "plot_attention"]
 
 
-def lm_attention(model: nn.Module, tokenizer, text: str) -> tuple[list[str], list[Tensor]]:
-    """A language model's causal self-attention on ``text``: its tokens and per layer
-    (H, T, T) float32 weights (the model's, with ``need_weights``)."""
-    ids = prompt_ids(text, 0, tokenizer)
-    limit = getattr(model, "max_positions", None)
-    if limit is not None and len(ids) > limit:
-        raise InputError(
-            f"the text has {len(ids)} tokens; the model's positions reach {limit}: shorten it"
-        )
+def text_attention(model: nn.Module, tokenizer, text: str) -> tuple[str, list[str], list[Tensor]]:
+    """The self-attention of a model that reads one sequence (a language model, a BERT
+    encoder) on ``text``: the view's name, the tokens and per layer (H, T, T) float32
+    weights (the model's, with ``need_weights``)."""
+    model_type, adapter = explorer_for(model)
+    read = getattr(adapter, "text_attention", None)
+    if read is None:
+        raise InputError(f"a {model_type!r} model does not read one text; give it its inputs")
     model.eval()
-    layers = causal_attention(model, torch.tensor([ids], device=model_device(model)))
-    return token_labels(tokenizer, ids), layers
+    ids, layers = read(model, tokenizer, text)
+    return adapter.views[0], token_labels(tokenizer, ids), layers
 
 
 def write_weights(

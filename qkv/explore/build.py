@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from qkv.errors import InputError
 
-from . import classifiers, decoders, language  # noqa: F401  (they register their adapters)
+from . import classifiers, decoders, language, pretrained  # noqa: F401  (register adapters)
 from .registry import ExploreRequest, explorer_for
 from .summaries import WEIGHT_SCALE
 

@@ -85,6 +85,18 @@ class LanguageModelAdapter(ExplorerAdapter):
             positions=config.positions,
         )
 
+    @torch.no_grad()
+    def text_attention(self, model, tokenizer, text, index: int = 0):
+        """The ids of one text, and per layer its (H, T, T) float32 causal self-attention."""
+        ids = prompt_ids(text, index, tokenizer)
+        limit = getattr(model, "max_positions", None)
+        if limit is not None and len(ids) > limit:
+            raise InputError(
+                f"input {index} has {len(ids)} tokens; the model's positions reach {limit}: "
+                "shorten it"
+            )
+        return ids, causal_attention(model, torch.tensor([ids], device=model_device(model)))
+
     def pages(self, model, inputs, request: ExploreRequest) -> list[dict[str, Any]]:
         if not isinstance(request.generate, int) or request.generate < 0:
             raise InputError(f"--generate {request.generate!r} must be 0 or more tokens")

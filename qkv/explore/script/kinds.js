@@ -41,10 +41,14 @@ const KINDS = {
     multiHead: true, sourceRow: "frames", targetRow: "output", classifier: true, term: "query",
   },
   lm: {
-    info: (m) => `language model: ${m.layers} layers, ${m.heads} heads` +
+    info: (m) => `${m.architecture || "language model"}: ${m.layers} layers, ${m.heads} heads` +
       (m.kv_heads !== m.heads ? ` (${m.kv_heads} key/value heads)` : "") + `, ${m.positions} positions`,
     multiHead: true, sourceRow: "tokens", targetRow: null, classifier: false,
     metrics: { ...METRICS, induction: "induction score (repeated random tokens)" },
+  },
+  encoder: {
+    info: (m) => `${m.architecture || "encoder"}: ${m.layers} layers, ${m.heads} heads, bidirectional`,
+    multiHead: true, sourceRow: "tokens", targetRow: null, classifier: false,
   },
 };
 
