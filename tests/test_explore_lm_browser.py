@@ -73,3 +73,49 @@ def test_the_tokens_row_holds_the_prompt_and_the_generated_tokens(browser, pages
     assert chips == pages["data"]["inputs"][0]["source_tokens"]
     assert len(chips) == len("and god said") + 5
     assert WEIGHT_SCALE == pages["data"]["weight_scale"]
+
+
+@pytest.fixture(scope="module")
+def neuron_page(pages):
+    tokenizer = pages["tokenizer"]
+    model = tiny_lm(tokenizer.vocab_size, layers=2, heads=4, positions="rope", num_kv_heads=2)
+    data = explore(model, ["and god said"], tokenizer=tokenizer, vectors=[1])
+    write_html(data, pages["folder"] / "neuron.html")
+    return {"model": model, "ids": torch.tensor([tokenizer.encode("and god said")])}
+
+
+def test_the_neuron_view_steps_are_the_model_numbers(browser, pages, neuron_page):
+    """The page's softmax weights equal the model's need_weights; its z_i for every head,
+    through the layer's out_proj, equal the layer's output (caught by a hook)."""
+    model, ids = neuron_page["model"], neuron_page["ids"]
+    caught = {}
+    layer = model.blocks[1].self_attention
+    handle = layer.register_forward_hook(lambda m, args, out: caught.update(out=out[0][0]))
+    expected = causal_attention(model, ids)[1]  # (H, T, T)
+    handle.remove()
+    open_page(browser, pages, "neuron")
+    query = 6
+    z = []
+    for head in range(4):
+        browser.execute_script(
+            "window.qkv.show(arguments[0])", {"layer": 1, "head": head, "word": query}
+        )
+        steps = browser.execute_script("return window.qkv.neuron()")
+        assert steps["query"] == query and len(steps["weights"]) == query + 1  # causal
+        weights = torch.tensor(steps["weights"])
+        assert (weights - expected[head, query, : query + 1]).abs().max() < 1e-4
+        rows = browser.execute_script(
+            "return [...document.querySelectorAll('table.neuron tr[data-key]')].map(r => Number(r.dataset.weight))"
+        )
+        assert rows == pytest.approx(steps["weights"])
+        z.append(torch.tensor(steps["z"]))
+    output = layer.out_proj(torch.cat(z).float())
+    assert (output - caught["out"][query]).abs().max() < 1e-3
+
+
+def test_the_neuron_view_says_when_vectors_are_absent(browser, pages, neuron_page):
+    open_page(browser, pages, "neuron")
+    browser.execute_script("window.qkv.show({layer: 0, head: 1})")
+    note = browser.find_element("id", "neuron-note").text
+    assert "not stored for layer 0" in note and "--vectors 0" in note
+    assert browser.execute_script("return window.qkv.neuron()") is None

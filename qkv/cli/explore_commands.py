@@ -104,6 +104,12 @@ def add_sampling_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--top-k", type=int, help="with --generate: sample among the k likeliest")
     parser.add_argument("--seed", type=int, help="with --generate: the same seed, the same text")
+    parser.add_argument(
+        "--vectors",
+        metavar="all|L,...",
+        help="language models and pretrained folders: store q, k, v of these layers for the "
+        "page's neuron view (default: none; 'all' grows the page by 3 x T x d per layer)",
+    )
 
 
 def _explore(args: argparse.Namespace) -> int:
@@ -125,6 +131,8 @@ def _explore(args: argparse.Namespace) -> int:
     model_type = checkpoint_model_type(args.checkpoint)
     if args.generate and not explorer_of_type(model_type).generates:
         raise InputError("--generate N is for language models; this checkpoint decodes")
+    if args.vectors is not None and not explorer_of_type(model_type).vectors:
+        raise InputError("--vectors (the neuron view) is for language models and encoders")
     if explorer_of_type(model_type).takes_labels:  # a classifier: pictures or test items
         data = _classifier_data(args)
     else:
@@ -162,7 +170,9 @@ def _pretrained_data(args: argparse.Namespace) -> dict:
     sampling = dict(
         generate=args.generate, temperature=args.temperature, top_k=args.top_k, seed=args.seed
     )
-    data = explore(loaded.model, inputs, tokenizer=loaded.tokenizer, **sampling)
+    data = explore(
+        loaded.model, inputs, tokenizer=loaded.tokenizer, vectors=args.vectors, **sampling
+    )
     data["model"]["architecture"] = loaded.architecture
     return data
 
@@ -183,7 +193,7 @@ def _decoder_data(args: argparse.Namespace, model_type: str) -> dict:
         sampling = dict(
             generate=args.generate, temperature=args.temperature, top_k=args.top_k, seed=args.seed
         )
-        return explore(lm.model, inputs, tokenizer=lm.tokenizer, **sampling)
+        return explore(lm.model, inputs, tokenizer=lm.tokenizer, vectors=args.vectors, **sampling)
     if model_type == "captioner":
         captioner = ImageCaptioner.from_checkpoint(args.checkpoint, device=args.device)
         images = captioner.load_images(inputs)

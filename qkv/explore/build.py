@@ -41,6 +41,7 @@ def explore(
     temperature: float = 1.0,
     top_k: int | None = None,
     seed: int | None = None,
+    vectors: str | Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Decode each input and gather the attention the explorer page shows, as plain data.
 
@@ -65,6 +66,8 @@ def explore(
     generate: language models only: the tokens to sample after each prompt (0: the
         prompt alone), with ``temperature`` (0 = greedy), ``top_k`` and ``seed`` as in
         :func:`qkv.decoding.sample`.
+    vectors: language models and encoders: the layers whose queries, keys and values the
+        page stores for its neuron view ("all", or layer indices; default none).
 
     Render the result with :func:`qkv.explore.render_html`.
     """
@@ -80,6 +83,10 @@ def explore(
         raise InputError(f"labels are for classifiers; a {model_type!r} model has none")
     if generate and not adapter.generates:
         raise InputError(f"generate is for language models; a {model_type!r} model decodes")
+    if vectors is not None and not adapter.vectors:
+        raise InputError(
+            f"vectors (the neuron view) are for self-attention models, not {model_type!r}"
+        )
     if adapter.takes_labels and classes is None and _is_names(tokenizer):
         classes, tokenizer = list(tokenizer), None
     request = ExploreRequest(
@@ -93,6 +100,7 @@ def explore(
         temperature=temperature,
         top_k=top_k,
         seed=seed,
+        vectors=vectors,
     )
     was_training = model.training
     model.eval()

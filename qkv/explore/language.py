@@ -25,6 +25,7 @@ from qkv.errors import InputError
 
 from .registry import ExplorerAdapter, ExploreRequest, register_explorer
 from .summaries import attention_rollout, head_summary, quantize
+from .vectors import stored_vectors
 from .views import attention_view, decoded_text, model_device, token_labels
 
 __all__ = [
@@ -74,7 +75,10 @@ class LanguageModelAdapter(ExplorerAdapter):
     """A causal LM on prompts (str, or lists of token ids); ``tokenizer`` encodes them."""
 
     kind, views = "lm", ("self",)
-    generates = True
+    generates = vectors = True
+
+    def attention_modules(self, model: nn.Module) -> list[nn.Module]:
+        return [block.self_attention for block in model.blocks]
 
     def facts(self, model: nn.Module) -> dict[str, Any]:
         config = model.config
@@ -125,7 +129,8 @@ class LanguageModelAdapter(ExplorerAdapter):
                 seed=request.seed,
             )
         tokens = token_labels(tokenizer, ids[0].tolist())
-        layers = causal_attention(model, ids)
+        modules = self.attention_modules(model)
+        layers, vectors = stored_vectors(modules, request.vectors, causal_attention, model, ids)
         view = attention_view(
             "self", "causal self-attention", tokens, tokens, "source", "source", layers
         )
@@ -136,6 +141,7 @@ class LanguageModelAdapter(ExplorerAdapter):
             entry["mean_summary"]["induction"] = round(float(scores.mean()), 4)
             entry["rollout"] = quantize(rollout)
             entry["rollout_summary"] = head_summary(rollout, self_attention=True)
+        view.update(causal=True, vectors=vectors)
         new = ids[0, len(prompt) :].tolist()
         text = item if isinstance(item, str) else " ".join(tokens[: len(prompt)])
         return {

@@ -18,7 +18,16 @@ __all__ = ["render_html", "iframe_html", "write_html", "check_page_path"]
 
 #: The page's script, in the order its parts are defined; script/kinds.js says per kind of
 #: model what the page shows.  They share one scope: inlined together inside one function.
-SCRIPT = ("kinds.js", "data.js", "panels.js", "grid.js", "pictures.js", "export.js", "main.js")
+SCRIPT = (
+    "kinds.js",
+    "data.js",
+    "panels.js",
+    "grid.js",
+    "pictures.js",
+    "neuron.js",
+    "export.js",
+    "main.js",
+)
 
 
 def _asset(name: str) -> str:

@@ -26,6 +26,7 @@ from qkv.errors import CheckpointError, InputError, MissingFileError
 
 from .registry import ExplorerAdapter, ExploreRequest, register_explorer
 from .summaries import attention_rollout, head_summary, quantize
+from .vectors import stored_vectors
 from .views import attention_view, decoded_text, model_device
 
 __all__ = ["FolderTokenizer", "LoadedFolder", "load_folder", "EncoderAdapter", "ARCHITECTURES"]
@@ -149,6 +150,10 @@ class EncoderAdapter(ExplorerAdapter):
     ``encode`` giving ids with [CLS] / [SEP], and ``tokens``)."""
 
     kind, views = "encoder", ("encoder",)
+    vectors = True
+
+    def attention_modules(self, model: nn.Module) -> list[nn.Module]:
+        return [layer.self_attention for layer in model.encoder.layers]
 
     def facts(self, model: nn.Module) -> dict[str, Any]:
         config = model.config
@@ -171,14 +176,18 @@ class EncoderAdapter(ExplorerAdapter):
     def pages(self, model, inputs, request: ExploreRequest) -> list[dict[str, Any]]:
         tokenizer = request.tokenizer
         pages = []
+        modules = self.attention_modules(model)
         for index, text in enumerate(inputs):
-            ids, layers = self.text_attention(model, tokenizer, text, index)
+            (ids, layers), vectors = stored_vectors(
+                modules, request.vectors, self.text_attention, model, tokenizer, text, index
+            )
             tokens = tokenizer.tokens(ids)
             title = "encoder self-attention"
             view = attention_view("encoder", title, tokens, tokens, "source", "source", layers)
             for entry, rollout in zip(view["layers"], attention_rollout(layers), strict=True):
                 entry["rollout"] = quantize(rollout)
                 entry["rollout_summary"] = head_summary(rollout, self_attention=True)
+            view.update(causal=False, vectors=vectors)
             pages.append(
                 {
                     "name": text,

@@ -48,6 +48,7 @@ class ExploreRequest:
     temperature: float = 1.0
     top_k: int | None = None
     seed: int | None = None
+    vectors: str | Sequence[int] | None = None
 
 
 class ExplorerAdapter(ABC):
@@ -59,12 +60,14 @@ class ExplorerAdapter(ABC):
         names the search).
     takes_labels: whether ``labels=`` (true classes) applies.
     generates: whether ``generate=`` (tokens sampled after each prompt) applies.
+    vectors: whether ``vectors=`` (q, k, v of some layers, for the neuron view) applies.
     """
 
     kind: str
     views: tuple[str, ...]
     takes_labels: bool = False
     generates: bool = False
+    vectors: bool = False
 
     def refusal(self, model: nn.Module) -> str | None:
         """Why this model has no attention weights to show (with the fix), or None."""

@@ -72,7 +72,7 @@ function current() {
 function render() {
   const x = input(), v = view();
   for (const draw of [renderControls, renderTokens, renderMatrix, renderGrid, renderSummaries,
-    renderImage, renderFrames]) draw(x, v, state);
+    renderImage, renderFrames, renderNeuron]) draw(x, v, state);
   setHover(hover);
 }
 
@@ -112,6 +112,10 @@ $("tokens").addEventListener("mouseover", (e) => {
   if (d.side) setHover({ side: d.side, index: Number(d.index) });
 });
 $("tokens").addEventListener("mouseleave", () => setHover(null));
+$("tokens").addEventListener("click", (e) => { // a token of the rows' side: the query
+  const d = e.target.dataset;
+  if (d.side && d.side === view().query_side && !input().image) show({ word: Number(d.index) });
+});
 for (const button of document.querySelectorAll("button[data-save]")) {
   button.addEventListener("click", () => savePng(button.dataset.save));
 }
@@ -124,7 +128,7 @@ const pending = DATA.inputs.map((x, i) => x.image ? new Promise((resolve) => {
   images[i] = img;
 }) : Promise.resolve());
 
-window.qkv = { show, current, png, savePng, data: DATA };
+window.qkv = { show, current, png, savePng, data: DATA, neuron: () => neuronState };
 fromHash();
 Promise.all(pending).then(() => {
   renderImage(input(), view(), state);
