@@ -2,6 +2,8 @@
 the cells drawn are the model's weights, the summary table offers the induction score, the
 page draws the prompt and the generated tokens."""
 
+import time
+
 import pytest
 import torch
 
@@ -119,3 +121,46 @@ def test_the_neuron_view_says_when_vectors_are_absent(browser, pages, neuron_pag
     note = browser.find_element("id", "neuron-note").text
     assert "not stored for layer 0" in note and "--vectors 0" in note
     assert browser.execute_script("return window.qkv.neuron()") is None
+
+
+def test_every_panel_exports_an_svg_and_the_head_svg_holds_the_weights(browser, pages):
+    import xml.etree.ElementTree as ET
+
+    open_page(browser, pages, "lm")
+    browser.execute_script("window.qkv.show({layer: 1, head: 2})")
+    drawn = cells(browser)
+    root = ET.fromstring(browser.execute_script("return window.qkv.svg('head')"))
+    space = "{http://www.w3.org/2000/svg}"
+    rects = list(root.iter(f"{space}rect"))[1:]  # after the background
+    titles = [float(r.find(f"{space}title").text) for r in rects]
+    assert titles == [float(drawn[key]) for key in sorted(drawn)]  # row-major, every cell
+    labels = [t.text for t in root.iter(f"{space}text")]
+    assert "causal self-attention \u2014 layer 1, head 2" in labels
+    grid = ET.fromstring(browser.execute_script("return window.qkv.svg('grid')"))
+    (image,) = grid.iter(f"{space}image")
+    assert image.get("href").startswith("data:image/png;base64,")
+    for old in browser.downloads.glob("*"):
+        old.unlink()
+    browser.find_element("css selector", 'button[data-save-svg="head"]').click()
+    deadline = time.monotonic() + 10
+    while not list(browser.downloads.glob("*.svg")):
+        assert time.monotonic() < deadline, "Save SVG wrote no file"
+        time.sleep(0.1)
+
+
+def test_a_char_level_lm_on_chinese_text_shows_the_characters(browser, pages, tmp_path):
+    from qkv.data import CharTokenizer
+
+    tokenizer = CharTokenizer.train(["我爱AI。我爱北京。"])
+    model = tiny_lm(tokenizer.vocab_size)
+    write_html(explore(model, ["我爱AI"], tokenizer=tokenizer), pages["folder"] / "cjk.html")
+    open_page(browser, pages, "cjk")
+    chips = browser.execute_script(
+        "return [...document.querySelectorAll('#tokens .chip')].map(c => c.textContent)"
+    )
+    assert chips == ["我", "爱", "A", "I"]
+    labels = browser.execute_script(
+        "return [...document.querySelectorAll('#matrix .row-label')].map(c => c.textContent)"
+    )
+    assert labels == chips
+    assert "我" in browser.execute_script("return window.qkv.svg('head')")

@@ -1,5 +1,7 @@
-/* script/export.js: every panel as a PNG (qkv.png(panel) gives its data: URL; the panel's
-   button downloads it). */
+/* script/export.js: every panel as a PNG (qkv.png(panel): its data: URL) and as an SVG
+   (qkv.svg(panel): its text; the head view's cells and labels are vector shapes and text,
+   the small canvases of the grid, picture and strip are embedded as PNG images); the
+   panel's buttons download them. */
 
 const PANELS = ["head", "grid", "image", "strip"];
 
@@ -71,4 +73,55 @@ function savePng(panel) {
   link.href = png(panel);
   link.download = `qkv-${DATA.model.kind}-input${state.input + 1}-${panel}.png`;
   document.body.append(link); link.click(); link.remove();
+}
+
+// ---------------------------------------------------------------- SVG
+
+const escapeXml = (text) => String(text).replace(/[<>&"]/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;" })[c]);
+
+function svgDocument(width, height, bg, body) {
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" ` +
+    `viewBox="0 0 ${width} ${height}" font-family="ui-monospace, monospace" font-size="12">` +
+    `<rect width="100%" height="100%" fill="${bg}"/>${body.join("")}</svg>`;
+}
+
+/** The head view: one rect per weight (each with its weight as a title), labels as text. */
+function headSvg(x, v, s, bg, fg) {
+  const m = matrixOf(s.input, v, s.layer, s.head), top = maxOf(m);
+  const rows = m.length, cols = m[0].length;
+  const cell = Math.max(4, Math.min(18, Math.floor(1600 / Math.max(rows, cols))));
+  const every = Math.ceil(12 / cell), labelW = 8 + 7.5 * Math.max(...v.query_tokens.map((t) => t.length));
+  const labelH = 8 + 7.5 * Math.max(...v.key_tokens.map((t) => t.length));
+  const left = labelW, upper = 24 + labelH, body = [];
+  body.push(`<text x="4" y="16" fill="${fg}">${escapeXml($("head-title").textContent)}</text>`);
+  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) {
+    body.push(`<rect x="${left + j * cell}" y="${upper + i * cell}" width="${cell}" height="${cell}" ` +
+      `fill="${css(colour(m[i][j] / top))}"><title>${m[i][j] / SCALE}</title></rect>`);
+  }
+  v.query_tokens.forEach((t, i) => {
+    if (i % every === 0) body.push(`<text x="4" y="${upper + (i + 0.5) * cell}" dominant-baseline="middle" fill="${fg}" xml:space="preserve">${escapeXml(t)}</text>`);
+  });
+  v.key_tokens.forEach((t, j) => {
+    if (j % every) return;
+    const cx = left + (j + 0.5) * cell, cy = upper - 4;
+    body.push(`<text transform="translate(${cx},${cy}) rotate(-90)" dominant-baseline="middle" fill="${fg}" xml:space="preserve">${escapeXml(t)}</text>`);
+  });
+  return svgDocument(left + cols * cell + 10, upper + rows * cell + 10, bg, body);
+}
+
+function svg(panel) {
+  if (!PANELS.includes(panel)) throw new Error(`no panel "${panel}"`);
+  const bg = themed("--bg"), fg = themed("--fg");
+  if (panel === "head") return headSvg(input(), view(), state, bg, fg);
+  const picture = panelCanvas(panel); // the same layout as the PNG, as one embedded image
+  const body = [`<image width="${picture.width}" height="${picture.height}" href="${picture.toDataURL("image/png")}"/>`];
+  return svgDocument(picture.width, picture.height, bg, body);
+}
+
+function saveSvg(panel) {
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(new Blob([svg(panel)], { type: "image/svg+xml" }));
+  link.download = `qkv-${DATA.model.kind}-input${state.input + 1}-${panel}.svg`;
+  document.body.append(link); link.click(); link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 1000);
 }

@@ -119,6 +119,9 @@ $("tokens").addEventListener("click", (e) => { // a token of the rows' side: the
 for (const button of document.querySelectorAll("button[data-save]")) {
   button.addEventListener("click", () => savePng(button.dataset.save));
 }
+for (const button of document.querySelectorAll("button[data-save-svg]")) {
+  button.addEventListener("click", () => saveSvg(button.dataset.saveSvg));
+}
 document.addEventListener("keydown", onKey);
 
 const pending = DATA.inputs.map((x, i) => x.image ? new Promise((resolve) => {
@@ -128,7 +131,7 @@ const pending = DATA.inputs.map((x, i) => x.image ? new Promise((resolve) => {
   images[i] = img;
 }) : Promise.resolve());
 
-window.qkv = { show, current, png, savePng, data: DATA, neuron: () => neuronState };
+window.qkv = { show, current, png, savePng, svg, saveSvg, data: DATA, neuron: () => neuronState };
 fromHash();
 Promise.all(pending).then(() => {
   renderImage(input(), view(), state);
