@@ -23,9 +23,10 @@ from qkv.data import SPECIAL_TOKENS
 from qkv.decoding import sample
 from qkv.errors import InputError
 
+from .compact import DENSE_TOKENS, compact_view
 from .registry import ExplorerAdapter, ExploreRequest, register_explorer
 from .summaries import attention_rollout, head_summary, quantize
-from .vectors import stored_vectors
+from .vectors import catch_vectors, stored_from, stored_vectors
 from .views import attention_view, decoded_text, model_device, token_labels
 
 __all__ = [
@@ -130,17 +131,22 @@ class LanguageModelAdapter(ExplorerAdapter):
             )
         tokens = token_labels(tokenizer, ids[0].tolist())
         modules = self.attention_modules(model)
-        layers, vectors = stored_vectors(modules, request.vectors, causal_attention, model, ids)
-        view = attention_view(
-            "self", "causal self-attention", tokens, tokens, "source", "source", layers
-        )
-        rollouts = attention_rollout(layers)
-        for entry, scores, rollout in zip(view["layers"], induction, rollouts, strict=True):
+        title = "causal self-attention"
+        if len(tokens) > DENSE_TOKENS:  # q and k in the page, not T x T weights
+            with catch_vectors(modules, range(len(modules))) as caught:
+                layers = causal_attention(model, ids)
+            view = compact_view("self", title, tokens, layers, caught, causal=True)
+            vectors = stored_from(caught, request.vectors, len(modules))
+        else:
+            layers, vectors = stored_vectors(modules, request.vectors, causal_attention, model, ids)
+            view = attention_view("self", title, tokens, tokens, "source", "source", layers)
+            for entry, rollout in zip(view["layers"], attention_rollout(layers), strict=True):
+                entry["rollout"] = quantize(rollout)
+                entry["rollout_summary"] = head_summary(rollout, self_attention=True)
+        for entry, scores in zip(view["layers"], induction, strict=True):
             for summary, score in zip(entry["summaries"], scores, strict=True):
                 summary["induction"] = round(float(score), 4)
             entry["mean_summary"]["induction"] = round(float(scores.mean()), 4)
-            entry["rollout"] = quantize(rollout)
-            entry["rollout_summary"] = head_summary(rollout, self_attention=True)
         view.update(causal=True, vectors=vectors)
         new = ids[0, len(prompt) :].tolist()
         text = item if isinstance(item, str) else " ".join(tokens[: len(prompt)])

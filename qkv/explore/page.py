@@ -21,6 +21,7 @@ __all__ = ["render_html", "iframe_html", "write_html", "check_page_path"]
 SCRIPT = (
     "kinds.js",
     "data.js",
+    "compact.js",
     "panels.js",
     "grid.js",
     "pictures.js",

@@ -21,7 +21,14 @@ from torch.nn import functional as F
 from qkv.errors import InputError
 from qkv.layers import MultiHeadAttention
 
-__all__ = ["VECTOR_DIGITS", "chosen_layers", "catch_vectors", "page_vectors", "stored_vectors"]
+__all__ = [
+    "VECTOR_DIGITS",
+    "chosen_layers",
+    "catch_vectors",
+    "page_vectors",
+    "stored_vectors",
+    "stored_from",
+]
 
 #: q, k and v go into the page with this many significant digits.
 VECTOR_DIGITS = 5
@@ -127,7 +134,11 @@ def _rounded(t: Tensor) -> list:
 def stored_vectors(modules: Sequence[nn.Module], vectors, run, *args) -> tuple[object, dict]:
     """``run(*args)``'s result, and the page's ``vectors`` entry ({str(layer): page_vectors})
     for the layers ``vectors`` asks for (see :func:`chosen_layers`)."""
-    layers = chosen_layers(vectors, len(modules))
-    with catch_vectors(modules, layers) as caught:
+    with catch_vectors(modules, chosen_layers(vectors, len(modules))) as caught:
         result = run(*args)
-    return result, {str(layer): page_vectors(caught[layer]) for layer in layers}
+    return result, stored_from(caught, vectors, len(modules))
+
+
+def stored_from(caught: dict, vectors, count: int) -> dict:
+    """The page's ``vectors`` entry from vectors caught for (at least) the layers asked."""
+    return {str(layer): page_vectors(caught[layer]) for layer in chosen_layers(vectors, count)}

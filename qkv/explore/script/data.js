@@ -9,6 +9,7 @@ const $ = (id) => document.getElementById(id);
 /** The heads a view's layer offers: each head, then the mean and the rollout where stored. */
 function headChoices(v, layer) {
   const entry = v.layers[layer];
+  if (entry.compact) return [...Array(entry.compact.heads).keys()]; // no mean or rollout stored
   const choices = entry.heads.map((_, h) => h);
   if (entry.heads.length > 1) choices.push("mean");
   if (entry.rollout) choices.push("rollout");
@@ -31,6 +32,7 @@ const meanCache = new Map();
     stored heads; "rollout" is stored as computed by the library. */
 function matrixOf(input, v, layer, head) {
   const entry = v.layers[layer];
+  if (entry.compact) return compactMatrix(input, v, layer, head);
   if (head === "rollout") return entry.rollout;
   if (head !== "mean") return entry.heads[head];
   const key = input + "/" + v.id + "/" + layer;
@@ -63,7 +65,11 @@ function colour(t) {
   return [0, 1, 2].map((c) => Math.round(a[c] + (b[c] - a[c]) * f));
 }
 const css = (rgb) => "rgb(" + rgb.join(",") + ")";
-const maxOf = (m) => Math.max(1, ...m.map((row) => Math.max(...row)));
+function maxOf(m) {
+  let top = 1;
+  for (const row of m) for (const value of row) if (value > top) top = value;
+  return top;
+}
 const themed = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 const short = (label, most = 14) => (label.length > most ? label.slice(0, most - 1) + "\u2026" : label);
 

@@ -112,7 +112,8 @@ function headSvg(x, v, s, bg, fg) {
 function svg(panel) {
   if (!PANELS.includes(panel)) throw new Error(`no panel "${panel}"`);
   const bg = themed("--bg"), fg = themed("--fg");
-  if (panel === "head") return headSvg(input(), view(), state, bg, fg);
+  const m = drawn.matrix; // a long input's head view: its PNG, embedded like the others
+  if (panel === "head" && m.length * m[0].length <= DOM_CELLS) return headSvg(input(), view(), state, bg, fg);
   const picture = panelCanvas(panel); // the same layout as the PNG, as one embedded image
   const body = [`<image width="${picture.width}" height="${picture.height}" href="${picture.toDataURL("image/png")}"/>`];
   return svgDocument(picture.width, picture.height, bg, body);

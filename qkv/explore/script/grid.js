@@ -18,18 +18,25 @@ function gridColumns(x, s, count) {
   return KIND.multiHead ? headChoices(x.views[s.view], 0).length : Math.min(4, count);
 }
 
+let gridDrawn = null; // what the grid holds: "input/view"; a head or layer change redraws less
+
 function renderGrid(x, v, s) {
+  const drawnFor = `${s.input}/${s.view}`;
+  if (gridDrawn === drawnFor) { drawSmalls(s); return; }
+  gridDrawn = drawnFor;
   const items = gridItems(x, s), grid = $("grid");
   grid.style.gridTemplateColumns = `repeat(${gridColumns(x, s, items.length)}, max-content)`;
   $("grid-title").textContent = KIND.multiHead ? `${v.title}: every layer and head` : KIND.gridTitle;
   const size = KIND.multiHead ? 64 : 120; // fixed: the grid never grows with the input's length
   smalls = items.map((item) => {
-    const w = x.views[item.view], m = matrixOf(s.input, w, item.layer, item.head);
+    const w = x.views[item.view], compact = w.layers[item.layer].compact;
+    const m = compact ? null : matrixOf(s.input, w, item.layer, item.head); // compact: thumbnails
+    const rows = compact ? compact.length : m.length, cols = compact ? compact.length : m[0].length;
     const box = document.createElement("div");
     box.className = "small";
     Object.assign(box.dataset, { view: item.view, layer: item.layer, head: item.head });
     const canvas = document.createElement("canvas");
-    const aspect = m.length / m[0].length;
+    const aspect = rows / cols;
     canvas.width = size; canvas.height = Math.max(8, Math.round(size * Math.min(2, aspect)));
     const caption = document.createElement("span");
     caption.textContent = item.caption;
@@ -47,7 +54,8 @@ function renderGrid(x, v, s) {
       box.append(stat);
     }
     box.addEventListener("click", () => show({ view: item.view, layer: item.layer, head: parseHead(item.head) }));
-    return { ...item, box, canvas, image: pixels(m), data: w };
+    const image = compact ? thumbCanvas(compact, item.head) : pixels(m);
+    return { ...item, box, canvas, image, rows, cols, data: w };
   });
   grid.replaceChildren(...smalls.map((small) => small.box));
   drawSmalls(s);
@@ -58,7 +66,7 @@ function drawSmalls(s) {
     const ctx = small.canvas.getContext("2d"), w = small.canvas.width, h = small.canvas.height;
     ctx.imageSmoothingEnabled = false;
     ctx.drawImage(small.image, 0, 0, w, h);
-    if (hover) band(ctx, small.data, small.image.height, small.image.width, w, h);
+    if (hover) band(ctx, small.data, small.rows, small.cols, w, h);
     small.box.classList.toggle("current", small.view === s.view && small.layer === s.layer &&
       String(small.head) === String(s.head));
   }

@@ -131,7 +131,11 @@ const pending = DATA.inputs.map((x, i) => x.image ? new Promise((resolve) => {
   images[i] = img;
 }) : Promise.resolve());
 
-window.qkv = { show, current, png, savePng, svg, saveSvg, data: DATA, neuron: () => neuronState };
+window.qkv = {
+  show, current, png, savePng, svg, saveSvg, data: DATA,
+  neuron: () => neuronState,
+  weight: (i, j) => drawn.matrix[i][j] / SCALE, // the weight the large matrix draws at (i, j)
+};
 fromHash();
 Promise.all(pending).then(() => {
   renderImage(input(), view(), state);

@@ -29,7 +29,12 @@ function chip(text, side, index) {
   return span;
 }
 
+let tokensDrawn = null; // "input/view" of the token rows drawn
+
 function renderTokens(x, v) {
+  const drawnFor = `${DATA.inputs.indexOf(x)}/${x.views.indexOf(v)}`;
+  if (tokensDrawn === drawnFor) return;
+  tokensDrawn = drawnFor;
   const rows = [];
   if (KIND.sourceRow) rows.push([KIND.sourceRow, "source", x.source_tokens]);
   // target chips: one per decoding step, labelled as the view at hand labels its rows
@@ -52,9 +57,53 @@ function renderTokens(x, v) {
 /** The cells and labels of the matrix drawn last, for the hover highlights. */
 const drawn = { rowCells: [], colCells: [], rowLabels: [], colLabels: [] };
 
+/** Above this many weights the matrix is one canvas (a pixel per weight), not DOM cells. */
+const DOM_CELLS = 65536;
+
 function renderMatrix(x, v, s) {
   const m = matrixOf(s.input, v, s.layer, s.head);
   const rows = m.length, cols = m[0].length, top = maxOf(m);
+  drawn.matrix = m;
+  if (rows * cols > DOM_CELLS) renderMatrixCanvas(v, m, top);
+  else renderMatrixCells(v, m, top);
+  const where = KIND.multiHead ? `layer ${s.layer}, ${headName(s.head)}` : "";
+  $("head-title").textContent = `${v.title}${where ? " \u2014 " + where : ""}`;
+  const error = v.compact ? ` \u00b7 computed in the page from float16 q, k: within ${v.max_error.toPrecision(2)} of the model's weights` : "";
+  $("head-stats").textContent = describe(summaryOf(v, s.layer, s.head)) + error + (v.score !== undefined
+    ? ` \u00b7 score ${v.score.toFixed(3)} (ranked by ${v.normalized_score.toFixed(3)})` : "");
+  $("legend-max").textContent = "max " + (top / SCALE).toString() + " (colours scale to the matrix maximum)";
+  const bar = $("legend-bar").getContext("2d");
+  for (let i = 0; i < 160; i++) { bar.fillStyle = css(colour(i / 159)); bar.fillRect(i, 0, 1, 10); }
+}
+
+/** A long input's matrix: one canvas, a pixel per weight, scaled to the panel; hovering
+    names the query, the key and the weight. */
+function renderMatrixCanvas(v, m, top) {
+  const rows = m.length, cols = m[0].length, canvas = document.createElement("canvas");
+  canvas.width = cols; canvas.height = rows; canvas.className = "matrix-canvas";
+  const ctx = canvas.getContext("2d"), img = ctx.createImageData(cols, rows);
+  const palette = [...Array(256).keys()].map((t) => colour(t / 255));
+  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) {
+    const rgb = palette[Math.round((255 * m[i][j]) / top)], p = 4 * (i * cols + j);
+    img.data[p] = rgb[0]; img.data[p + 1] = rgb[1]; img.data[p + 2] = rgb[2]; img.data[p + 3] = 255;
+  }
+  ctx.putImageData(img, 0, 0);
+  const side = Math.max(320, Math.min(900, $("matrix-scroll").clientWidth - 20));
+  canvas.style.width = side + "px"; canvas.style.height = Math.round((side * rows) / cols) + "px";
+  canvas.addEventListener("mousemove", (e) => {
+    const box = canvas.getBoundingClientRect();
+    const i = Math.min(rows - 1, Math.floor(((e.clientY - box.top) / box.height) * rows));
+    const j = Math.min(cols - 1, Math.floor(((e.clientX - box.left) / box.width) * cols));
+    $("hover-info").textContent = `${v.query_tokens[i]} \u2192 ${v.key_tokens[j]}: ${m[i][j] / SCALE} (query ${i}, key ${j})`;
+  });
+  drawn.rowCells = []; drawn.colCells = []; drawn.rowLabels = []; drawn.colLabels = [];
+  const grid = $("matrix");
+  grid.style.gridTemplateColumns = "max-content";
+  grid.replaceChildren(canvas);
+}
+
+function renderMatrixCells(v, m, top) {
+  const rows = m.length, cols = m[0].length;
   const width = Math.max(320, $("matrix-scroll").clientWidth - 130);
   const cell = Math.max(6, Math.min(22, Math.floor(width / cols)));
   const every = Math.ceil(12 / cell); // labels thin out when cells are too small for text
@@ -88,13 +137,6 @@ function renderMatrix(x, v, s) {
     drawn.rowCells.push(cells);
   }
   grid.replaceChildren(...parts);
-  const where = KIND.multiHead ? `layer ${s.layer}, ${headName(s.head)}` : "";
-  $("head-title").textContent = `${v.title}${where ? " \u2014 " + where : ""}`;
-  $("head-stats").textContent = describe(summaryOf(v, s.layer, s.head)) + (v.score !== undefined
-    ? ` \u00b7 score ${v.score.toFixed(3)} (ranked by ${v.normalized_score.toFixed(3)})` : "");
-  $("legend-max").textContent = "max " + (top / SCALE).toString() + " (colours scale to the matrix maximum)";
-  const bar = $("legend-bar").getContext("2d");
-  for (let i = 0; i < 160; i++) { bar.fillStyle = css(colour(i / 159)); bar.fillRect(i, 0, 1, 10); }
 }
 
 // ---------------------------------------------------------------- per-head summaries
