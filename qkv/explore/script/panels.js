@@ -82,10 +82,14 @@ function renderMatrixCanvas(v, m, top) {
   const rows = m.length, cols = m[0].length, canvas = document.createElement("canvas");
   canvas.width = cols; canvas.height = rows; canvas.className = "matrix-canvas";
   const ctx = canvas.getContext("2d"), img = ctx.createImageData(cols, rows);
-  const palette = [...Array(256).keys()].map((t) => colour(t / 255));
-  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) {
-    const rgb = palette[Math.round((255 * m[i][j]) / top)], p = 4 * (i * cols + j);
-    img.data[p] = rgb[0]; img.data[p + 1] = rgb[1]; img.data[p + 2] = rgb[2]; img.data[p + 3] = 255;
+  const palette = new Uint32Array(256).map((_, t) => { // RGBA bytes as one little-endian word
+    const [r, g, b] = colour(t / 255);
+    return ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
+  });
+  const words = new Uint32Array(img.data.buffer), step = 255 / top;
+  for (let i = 0; i < rows; i++) {
+    const row = m[i], base = i * cols;
+    for (let j = 0; j < cols; j++) words[base + j] = palette[(row[j] * step + 0.5) | 0];
   }
   ctx.putImageData(img, 0, 0);
   const side = Math.max(320, Math.min(900, $("matrix-scroll").clientWidth - 20));
