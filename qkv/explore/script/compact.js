@@ -4,12 +4,17 @@
    integers, and the last few are kept.  The model view draws each head's stored thumbnail
    (block means against the head's maximum). */
 
-const HALF = new Float32Array(65536).map((_, h) => {
-  const sign = h & 0x8000 ? -1 : 1, exponent = (h >> 10) & 31, fraction = h & 1023;
-  if (exponent === 0) return sign * fraction * 2 ** -24;
-  if (exponent === 31) return fraction ? NaN : sign * Infinity;
-  return sign * (1 + fraction / 1024) * 2 ** (exponent - 15);
-});
+let HALF = null; // float16 bit pattern -> its value, built on first use
+
+function halfTable() {
+  HALF = HALF || new Float32Array(65536).map((_, h) => {
+    const sign = h & 0x8000 ? -1 : 1, exponent = (h >> 10) & 31, fraction = h & 1023;
+    if (exponent === 0) return sign * fraction * 2 ** -24;
+    if (exponent === 31) return fraction ? NaN : sign * Infinity;
+    return sign * (1 + fraction / 1024) * 2 ** (exponent - 15);
+  });
+  return HALF;
+}
 
 function bytesOf(b64) {
   const text = atob(b64), bytes = new Uint8Array(text.length);
@@ -19,7 +24,8 @@ function bytesOf(b64) {
 
 function halvesOf(b64) {
   const codes = new Uint16Array(bytesOf(b64).buffer), out = new Float32Array(codes.length);
-  for (let i = 0; i < codes.length; i++) out[i] = HALF[codes[i]];
+  const table = halfTable();
+  for (let i = 0; i < codes.length; i++) out[i] = table[codes[i]];
   return out;
 }
 

@@ -65,11 +65,7 @@ function colour(t) {
   return [0, 1, 2].map((c) => Math.round(a[c] + (b[c] - a[c]) * f));
 }
 const css = (rgb) => "rgb(" + rgb.join(",") + ")";
-function maxOf(m) {
-  let top = 1;
-  for (const row of m) for (const value of row) if (value > top) top = value;
-  return top;
-}
+const maxOf = (m) => Math.max(1, ...m.map((row) => Math.max(...row)));
 const themed = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 const short = (label, most = 14) => (label.length > most ? label.slice(0, most - 1) + "\u2026" : label);
 
