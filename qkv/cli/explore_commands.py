@@ -1,5 +1,7 @@
 """`qkv explore`: one self-contained HTML page with every attention of a model on some
-inputs (sentences for a translator, pictures for a captioner), written and/or served."""
+inputs (sentences for a translator, pictures for a captioner, prompts for a language model),
+written and/or served; `qkv attention`: one attention as a heatmap (PNG) and/or every
+layer's and head's weights as arrays (.npz)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ EXAMPLE = (
     "  qkv explore --checkpoint qkv-demo-captioning scene1.png scene2.png --out explore.html\n"
     "  cat sentences.txt | qkv explore --checkpoint runs/de-en --serve --port 8765\n"
     "  qkv explore --checkpoint runs/clips --test 8 --out clips.html\n"
-    "  qkv explore --checkpoint runs/fashion sneaker.png --out fashion.html"
+    "  qkv explore --checkpoint runs/fashion sneaker.png --out fashion.html\n"
+    '  qkv explore --checkpoint runs/lm "And God said" --generate 20 --seed 1 --out lm.html'
 )
 
 
@@ -26,16 +29,19 @@ def register(commands: argparse._SubParsersAction) -> None:
         "heads; encoder rollout), an RNN's alignment for the greedy and every beam "
         "hypothesis, a captioner's attention over the picture word by word, a classifier's "
         "attention (feature-map attention over a picture, pooling weights over a clip's "
-        "frames, a frame tagger's heads over the frames). The page holds "
+        "frames, a frame tagger's heads over the frames), a language model's causal "
+        "self-attention (every layer and head, mean, rollout, previous-token, first-token and "
+        "induction scores per head). The page holds "
         "its data, script and styles; it opens from disk and makes no network request. "
         "docs/explorer.md is its manual." + EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    explore.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
+    add_model_options(explore)
     explore.add_argument(
         "inputs",
         nargs="*",
-        help="sentences (translators) or image files (captioners, image classifiers); "
+        help="sentences (translators), prompts (language models) or image files "
+        "(captioners, image classifiers); "
         "default: one per line on stdin",
     )
     explore.add_argument(
@@ -58,6 +64,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--length-penalty", type=float, default=1.0, help="GNMT length penalty alpha (beam)"
     )
     explore.add_argument("--max-len", type=int, help="the most tokens to generate per input")
+    add_sampling_options(explore)
     explore.add_argument("--device", default="cpu", help="cpu or cuda")
     explore.add_argument(
         "--serve",
@@ -68,11 +75,46 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--port", type=int, default=0, help="port for --serve (default: 0, any free port)"
     )
     explore.set_defaults(run=_explore)
+    _register_attention(commands)
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """The model to look at: a qkv run, or a pretrained Hugging Face folder."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="a run folder or a step folder")
+    source.add_argument(
+        "--pretrained",
+        metavar="DIR",
+        help="a Hugging Face folder (config.json, weights, tokenizer) of BERT or GPT-2 "
+        "(Llama, Qwen2, Mistral where qkv.pretrained reads them)",
+    )
+
+
+def add_sampling_options(parser: argparse.ArgumentParser) -> None:
+    """Language models: the tokens to sample after the prompt, as `qkv generate` samples."""
+    parser.add_argument(
+        "--generate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="language models: also show N tokens sampled after each prompt (default: 0)",
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=1.0, help="with --generate: 0 = greedy (default 1)"
+    )
+    parser.add_argument("--top-k", type=int, help="with --generate: sample among the k likeliest")
+    parser.add_argument("--seed", type=int, help="with --generate: the same seed, the same text")
+    parser.add_argument(
+        "--vectors",
+        metavar="all|L,...",
+        help="language models and pretrained folders: store q, k, v of these layers for the "
+        "page's neuron view (default: none; 'all' grows the page by 3 x T x d per layer)",
+    )
 
 
 def _explore(args: argparse.Namespace) -> int:
     from ..errors import InputError
-    from ..explore import CLASSIFIERS, check_page_path, render_html, serve, write_html
+    from ..explore import check_page_path, explorer_of_type
     from ..training import checkpoint_model_type
 
     if not args.out and not args.serve:
@@ -81,8 +123,17 @@ def _explore(args: argparse.Namespace) -> int:
         check_page_path(args.out)
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port {args.port} must be between 0 (any free port) and 65535")
+    if args.pretrained:
+        data = _pretrained_data(args)
+        for page in data["inputs"]:
+            print(f"{page['name']} -> {len(page['source_tokens'])} tokens")
+        return _write_page(args, data)
     model_type = checkpoint_model_type(args.checkpoint)
-    if model_type in CLASSIFIERS:
+    if args.generate and not explorer_of_type(model_type).generates:
+        raise InputError("--generate N is for language models; this checkpoint decodes")
+    if args.vectors is not None and not explorer_of_type(model_type).vectors:
+        raise InputError("--vectors (the neuron view) is for language models and encoders")
+    if explorer_of_type(model_type).takes_labels:  # a classifier: pictures or test items
         data = _classifier_data(args)
     else:
         if args.test is not None:
@@ -93,11 +144,37 @@ def _explore(args: argparse.Namespace) -> int:
         print(
             f"{page['name']} -> {page['output']}" + (f" (true: {' '.join(truth)})" if truth else "")
         )
+    return _write_page(args, data)
+
+
+def _write_page(args: argparse.Namespace, data: dict) -> int:
+    from ..explore import render_html, serve, write_html
+
     if args.out:
         print(f"explorer: {write_html(data, args.out)}")
     if args.serve:
         serve(render_html(data), port=args.port)
     return 0
+
+
+def _pretrained_data(args: argparse.Namespace) -> dict:
+    from ..errors import InputError
+    from ..explore import explore, load_folder
+
+    inputs = args.inputs or [line.strip() for line in sys.stdin if line.strip()]
+    if not inputs:
+        raise InputError("no inputs: pass texts as arguments or on stdin")
+    if args.test is not None:
+        raise InputError("--test N is for classifiers; pass texts")
+    loaded = load_folder(args.pretrained, device=args.device)
+    sampling = dict(
+        generate=args.generate, temperature=args.temperature, top_k=args.top_k, seed=args.seed
+    )
+    data = explore(
+        loaded.model, inputs, tokenizer=loaded.tokenizer, vectors=args.vectors, **sampling
+    )
+    data["model"]["architecture"] = loaded.architecture
+    return data
 
 
 def _decoder_data(args: argparse.Namespace, model_type: str) -> dict:
@@ -109,6 +186,14 @@ def _decoder_data(args: argparse.Namespace, model_type: str) -> dict:
     if not inputs:
         raise InputError("no inputs: pass sentences or image files as arguments or on stdin")
     options = dict(beam=args.beam, length_penalty=args.length_penalty, max_len=args.max_len)
+    if model_type == "lm":
+        from ..tasks.lm import load_lm
+
+        lm = load_lm(args.checkpoint, device=args.device)
+        sampling = dict(
+            generate=args.generate, temperature=args.temperature, top_k=args.top_k, seed=args.seed
+        )
+        return explore(lm.model, inputs, tokenizer=lm.tokenizer, vectors=args.vectors, **sampling)
     if model_type == "captioner":
         captioner = ImageCaptioner.from_checkpoint(args.checkpoint, device=args.device)
         images = captioner.load_images(inputs)
@@ -126,3 +211,125 @@ def _classifier_data(args: argparse.Namespace) -> dict:
     return classifier_explorer_data(
         args.checkpoint, args.inputs, test=args.test, device=args.device
     )
+
+
+# -- qkv attention ----------------------------------------------------------------------------
+
+
+def _register_attention(commands: argparse._SubParsersAction) -> None:
+    attention = commands.add_parser(
+        "attention",
+        help="plot one attention as a heatmap (PNG), or write every layer's and head's "
+        "weights (.npz)",
+        description="Translate one sentence and plot which source tokens each generated "
+        "token attended to; for a language model, plot the causal self-attention of the text. "
+        "--weights-out writes every layer's and head's weights, one array per attention "
+        "named by its view (e.g. decoder.layer0, cross.layer1, self.layer2: (H, Tq, Tk)), "
+        "with the tokens as `tokens` (and `source_tokens` for a translator)."
+        "\n\nexample:\n"
+        '  qkv attention --checkpoint qkv-demo "Tuesday, March 3, 1998" --out alignment.png '
+        "--layer 1 --head 0\n"
+        '  qkv attention --checkpoint runs/lm "And God said" --layer 1 --head 2 --out lm.png\n'
+        '  qkv attention --checkpoint runs/lm "And God said" --weights-out lm.npz',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_options(attention)
+    attention.add_argument("sentence", help="the source sentence (a language model: the text)")
+    attention.add_argument("--out", help="PNG file to write")
+    attention.add_argument(
+        "--weights-out", metavar="FILE.npz", help="write every layer's and head's weights"
+    )
+    attention.add_argument(
+        "--layer", type=int, help="decoder layer (a language model: block; default: the last)"
+    )
+    attention.add_argument("--head", type=int, help="head (default: the mean over heads)")
+    attention.add_argument(
+        "--all-heads", action="store_true", help="one panel per head of the layer"
+    )
+    attention.add_argument(
+        "--beam", type=int, default=1, help="beam size for the translation (default: 1)"
+    )
+    attention.set_defaults(run=_attention)
+
+
+def _attention(args: argparse.Namespace) -> int:
+    from ..errors import InputError
+    from ..training import checkpoint_model_type
+
+    if not args.out and not args.weights_out:
+        raise InputError("say what to write: --out heatmap.png, --weights-out weights.npz, or both")
+    if args.out and not args.out.lower().endswith(".png"):
+        raise InputError(f"--out {args.out!r} must be a .png file")
+    if args.weights_out and not args.weights_out.lower().endswith(".npz"):
+        raise InputError(f"--weights-out {args.weights_out!r} must be a .npz file")
+    for path in (args.out, args.weights_out):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise InputError(f"the folder of {path!r} does not exist; create it first")
+    if args.pretrained:
+        from ..explore import load_folder
+
+        loaded = load_folder(args.pretrained)
+        return _text_attention(args, loaded.model, loaded.tokenizer)
+    if checkpoint_model_type(args.checkpoint) == "lm":
+        from ..tasks.lm import load_lm
+
+        lm = load_lm(args.checkpoint)
+        return _text_attention(args, lm.model, lm.tokenizer)
+    return _translation_attention(args)
+
+
+def _text_attention(args: argparse.Namespace, model, tokenizer) -> int:
+    """A model that reads one sequence: a language model, a BERT encoder."""
+    from ..explore import plot_attention, text_attention, write_weights
+
+    view, tokens, layers = text_attention(model, tokenizer, args.sentence)
+    if args.weights_out:
+        path = write_weights(args.weights_out, {view: layers}, tokens=tokens)
+        print(f"weights: {path}")
+    if args.out:
+        path = plot_attention(
+            layers,
+            tokens,
+            tokens,
+            args.out,
+            name=f"{view} self-attention",
+            layer=args.layer,
+            head=args.head,
+            all_heads=args.all_heads,
+        )
+        print(f"heatmap: {path}")
+    return 0
+
+
+def _translation_attention(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..data import BOS_ID
+    from ..explore import teacher_forced_attention, write_weights
+    from ..tasks import Translator, plot_translation_attention
+
+    translator = Translator.from_checkpoint(args.checkpoint)
+    (translation,) = translator.translate([args.sentence], beam=args.beam)
+    print(f"{translation.source} -> {translation.text}")
+    if args.weights_out:
+        source = torch.tensor(translator.encode_sources([translation.source]))
+        target_input = torch.tensor([[BOS_ID, *translation.ids]])
+        attention = teacher_forced_attention(translator.model, source, target_input)
+        path = write_weights(
+            args.weights_out,
+            attention,
+            tokens=["<s>", *translation.tokens],
+            source_tokens=translation.source_tokens,
+        )
+        print(f"weights: {path}")
+    if args.out:
+        path = plot_translation_attention(
+            translator,
+            translation,
+            args.out,
+            layer=args.layer,
+            head=args.head,
+            all_heads=args.all_heads,
+        )
+        print(f"heatmap: {path}")
+    return 0

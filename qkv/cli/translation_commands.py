@@ -1,4 +1,4 @@
-"""Subcommands for translation: train translation, translate, evaluate, attention."""
+"""Subcommands for translation: train translation, translate, evaluate."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ DROPOUT_SITES = {
 
 def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAction) -> None:
     """Add `qkv train translation` (to ``tasks``, the subcommands of `qkv train`), `qkv
-    translate`, `qkv evaluate` and `qkv attention`."""
+    translate` and `qkv evaluate`."""
     raw = argparse.RawDescriptionHelpFormatter
 
     translation = tasks.add_parser(
@@ -155,27 +155,6 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
     evaluate.add_argument("--images", help="captioners on a Karpathy JSON: the image folder")
     evaluate.set_defaults(run=_evaluate)
 
-    attention = commands.add_parser(
-        "attention",
-        help="plot the cross-attention of a translation as a heatmap (PNG)",
-        description="Translate one sentence and plot which source tokens each generated token attended to."
-        + EXAMPLE
-        + 'qkv attention --checkpoint qkv-demo "Tuesday, March 3, 1998" --out alignment.png --layer 1 --head 0',
-        formatter_class=raw,
-    )
-    attention.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
-    attention.add_argument("sentence", help="the source sentence")
-    attention.add_argument("--out", required=True, help="PNG file to write")
-    attention.add_argument("--layer", type=int, help="decoder layer (default: the last)")
-    attention.add_argument("--head", type=int, help="head (default: the mean over heads)")
-    attention.add_argument(
-        "--all-heads", action="store_true", help="one panel per head of the layer"
-    )
-    attention.add_argument(
-        "--beam", type=int, default=1, help="beam size for the translation (default: 1)"
-    )
-    attention.set_defaults(run=_attention)
-
 
 def _train_translation(args: argparse.Namespace) -> int:
     from ..tasks import TranslationSetup, train_translation
@@ -244,24 +223,4 @@ def _evaluate(args: argparse.Namespace) -> int:
     for bucket in report.by_length or []:
         bleu = "     -" if bucket.count == 0 else f"{bucket.bleu:6.2f}"  # no sentence, no score
         print(f"  source {bucket.label:>6} words: BLEU {bleu}  ({bucket.count} sentences)")
-    return 0
-
-
-def _attention(args: argparse.Namespace) -> int:
-    from ..tasks import Translator, plot_translation_attention
-
-    if not args.out.lower().endswith(".png"):
-        raise InputError(f"--out {args.out!r} must be a .png file")
-    translator = Translator.from_checkpoint(args.checkpoint)
-    (translation,) = translator.translate([args.sentence], beam=args.beam)
-    path = plot_translation_attention(
-        translator,
-        translation,
-        args.out,
-        layer=args.layer,
-        head=args.head,
-        all_heads=args.all_heads,
-    )
-    print(f"{translation.source} -> {translation.text}")
-    print(f"heatmap: {path}")
     return 0

@@ -13,16 +13,21 @@ docs/explorer.md is the page's manual and the data's schema.
 import sys
 import types
 
+from .arrays import plot_attention, text_attention, write_weights
 from .build import explore
-from .classifiers import classifier_inputs
-from .extract import (
-    CLASSIFIERS,
-    classifier_attention,
-    decode_hypotheses,
-    explorable_kind,
-    teacher_forced_attention,
-)
+from .extract import classifier_attention, decode_hypotheses, teacher_forced_attention
+from .language import causal_attention, induction_scores
 from .page import check_page_path, iframe_html, render_html, write_html
+from .pretrained import FolderTokenizer, load_folder
+from .registry import (
+    ExplorerAdapter,
+    ExploreRequest,
+    explorable_kind,
+    explorable_types,
+    explorer_for,
+    explorer_of_type,
+    register_explorer,
+)
 from .serve import PageServer, serve
 from .summaries import WEIGHT_SCALE, attention_rollout, head_summary, quantize
 from .views import png_data_uri
@@ -38,14 +43,25 @@ __all__ = [
     "png_data_uri",
     "teacher_forced_attention",
     "classifier_attention",
-    "classifier_inputs",
-    "CLASSIFIERS",
     "decode_hypotheses",
     "explorable_kind",
+    "explorable_types",
+    "ExplorerAdapter",
+    "ExploreRequest",
+    "register_explorer",
+    "explorer_for",
+    "explorer_of_type",
     "attention_rollout",
     "head_summary",
     "quantize",
     "WEIGHT_SCALE",
+    "text_attention",
+    "load_folder",
+    "FolderTokenizer",
+    "plot_attention",
+    "write_weights",
+    "causal_attention",
+    "induction_scores",
 ]
 
 

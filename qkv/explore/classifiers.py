@@ -1,4 +1,4 @@
-"""The explorer's data for the classifiers of ``qkv.models.classifier``: one picture or one
+"""Explorer adapters for the classifiers of ``qkv.models.classifier``: one picture or one
 clip per input, the predicted (and, when known, the true) class, and the attention the model
 returns with ``need_attention``:
 
@@ -13,7 +13,7 @@ The attention comes from :func:`qkv.explore.extract.classifier_attention`, which
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import abstractmethod
 from typing import Any
 
 import torch
@@ -22,88 +22,164 @@ from torch import Tensor, nn
 from qkv.errors import InputError
 
 from .extract import classifier_attention
+from .registry import ExplorerAdapter, ExploreRequest, register_explorer
 from .summaries import attention_rollout, head_summary, quantize
 from .views import attention_view, model_device, png_data_uri
 
-__all__ = ["classifier_inputs"]
+__all__ = ["ImageClassifierAdapter", "ClipClassifierAdapter", "FrameTaggerAdapter"]
 
 
-@torch.no_grad()
-def classifier_inputs(
-    model: nn.Module,
-    kind: str,
-    inputs: Sequence[Tensor],
-    *,
-    classes: Sequence[str],
-    labels: Sequence[int | Sequence[int] | None] | None = None,
-) -> list[dict[str, Any]]:
-    """The ``inputs`` entries of the page for a classifier (docs/explorer.md's schema).
+class ClassifierAdapter(ExplorerAdapter):
+    """What the three classifiers share: class names (``classes``), true labels, the
+    prediction.  A family says what one input is (``item_name``, ``dims``), how its labels
+    read (``true_label``) and what its views hold (``input_views``)."""
 
-    inputs: pictures (C, S, S) for an image classifier, clips (T, C, S, S) otherwise, floats
-        in [0, 1].  labels: per input the true class (a clip classifier, a picture) or the
-        true class of each frame (a frame tagger), or None where unknown.
-    """
-    config = model.config
-    if len(classes) != config.num_classes:
-        raise InputError(f"{len(classes)} class names for a {config.num_classes}-class model")
-    if labels is not None and len(labels) != len(inputs):
-        raise InputError(f"{len(labels)} labels for {len(inputs)} inputs")
-    pages = []
-    for index, item in enumerate(inputs):
-        _check_input(item, index, kind, config.channels)
-        logits, attention = classifier_attention(model, item[None].to(model_device(model)))
-        predicted = logits[0, :, 1:].argmax(dim=-1).tolist()  # class ids, <pad> left out
-        names = [classes[c] for c in predicted]
-        label = labels[index] if labels is not None else None
-        page: dict[str, Any] = {
-            "name": f"{'image' if kind == 'image-classifier' else 'clip'} {index + 1}",
-            "output": " ".join(names),
-            "output_tokens": names,
-            "score": round(float(logits[0, :, 1:].log_softmax(-1).max(-1).values.sum()), 4),
-            "prediction": predicted,
-            "label": _true_label(label, kind, len(predicted)),
-        }
-        truth = page["label"]
-        truth = None if truth is None else truth if isinstance(truth, list) else [truth]
-        page["truth_tokens"] = None if truth is None else [classes[c] for c in truth]
-        if kind == "image-classifier":
-            grid = config.grid
-            regions = [f"({r}, {c})" for r in range(grid) for c in range(grid)]
-            page["image"] = {"png": _png(item), "grid": [grid, grid]}
-            page["views"] = _image_views(attention, regions)
-        else:
-            frames = [f"{t}" for t in range(len(item))]
-            if kind == "frame-tagger":
-                frames = [f"{t} {name}" for t, name in enumerate(names)]
-            page["frames"] = [_png(frame) for frame in item]
-            page["views"] = _clip_views(attention, frames)
-        page["source"] = page["name"]
-        page["source_tokens"] = page["views"][0]["key_tokens"]
-        pages.append(page)
-    return pages
+    takes_labels = True
+    item_name, dims = "clip", 4  # a clip (T, C, S, S)
 
+    @abstractmethod
+    def input_views(self, model, item: Tensor, attention: dict, names: list[str]) -> dict:
+        """The page entry's fields from the attention of one input: views, picture or frames."""
 
-def _image_views(attention: dict[str, list[Tensor]], regions: list[str]) -> list[dict]:
-    views = []
-    if "feature" in attention:
-        title = "feature-map self-attention: query region \u2192 key regions"
-        views.append(_view("feature", title, regions, regions, attention["feature"]))
-    if "regions" in attention:
-        title = "attention pooling over the regions"
-        views.append(_view("regions", title, ["pooled"], regions, attention["regions"]))
-    return views
+    def facts(self, model: nn.Module) -> dict[str, Any]:
+        return dict(classes=model.config.num_classes, grid=model.config.grid)
+
+    def true_label(self, label, count: int):
+        return int(label)
+
+    @torch.no_grad()
+    def pages(self, model, inputs, request: ExploreRequest) -> list[dict[str, Any]]:
+        config, classes, labels = model.config, request.classes, request.labels
+        if classes is None or not all(isinstance(c, str) for c in classes):
+            raise InputError("a classifier's pages need its class names: pass classes=[...]")
+        if len(classes) != config.num_classes:
+            raise InputError(f"{len(classes)} class names for a {config.num_classes}-class model")
+        if labels is not None and len(labels) != len(inputs):
+            raise InputError(f"{len(labels)} labels for {len(inputs)} inputs")
+        pages = []
+        for index, item in enumerate(inputs):
+            self._check_input(item, index, config.channels)
+            logits, attention = classifier_attention(model, item[None].to(model_device(model)))
+            predicted = logits[0, :, 1:].argmax(dim=-1).tolist()  # class ids, <pad> left out
+            names = [classes[c] for c in predicted]
+            label = labels[index] if labels is not None else None
+            truth = None if label is None else self.true_label(label, len(predicted))
+            shown = None if truth is None else truth if isinstance(truth, list) else [truth]
+            page: dict[str, Any] = {
+                "name": f"{self.item_name} {index + 1}",
+                "output": " ".join(names),
+                "output_tokens": names,
+                "score": round(float(logits[0, :, 1:].log_softmax(-1).max(-1).values.sum()), 4),
+                "prediction": predicted,
+                "label": truth,
+                "truth_tokens": None if shown is None else [classes[c] for c in shown],
+            }
+            page.update(self.input_views(model, item, attention, names))
+            page["source"] = page["name"]
+            page["source_tokens"] = page["views"][0]["key_tokens"]
+            pages.append(page)
+        return pages
+
+    def _check_input(self, item, index: int, channels: int) -> None:
+        want = "(C, S, S) pictures" if self.dims == 3 else "(T, C, S, S) clips"
+        if not isinstance(item, Tensor) or item.dim() != self.dims or item.shape[-3] != channels:
+            raise InputError(
+                f"input {index}: a {self.kind} takes {want} with C = {channels}, got "
+                f"{type(item).__name__} {tuple(getattr(item, 'shape', ()))}"
+            )
+        if not item.is_floating_point() or float(item.min()) < 0 or float(item.max()) > 1:
+            raise InputError(f"input {index}: pixels must be floats in [0, 1] (no padding frames)")
 
 
-def _clip_views(attention: dict[str, list[Tensor]], frames: list[str]) -> list[dict]:
-    if "frames" in attention:
+class ImageClassifierAdapter(ClassifierAdapter):
+    kind, views = "image-classifier", ("feature", "regions")
+    item_name, dims = "image", 3
+
+    def refusal(self, model: nn.Module) -> str | None:
+        config = model.config
+        if config.feature_attention or config.region_pool == "attention":
+            return None
+        return (
+            "has neither feature-map attention nor attention pooling: nothing to explore; "
+            "train with --feature-attention or --pool attention"
+        )
+
+    def facts(self, model: nn.Module) -> dict[str, Any]:
+        config = model.config
+        return dict(
+            super().facts(model),
+            pool=config.region_pool,
+            feature_attention=bool(config.feature_attention),
+        )
+
+    def input_views(self, model, item, attention, names) -> dict:
+        grid = model.config.grid
+        regions = [f"({r}, {c})" for r in range(grid) for c in range(grid)]
+        views = []
+        if "feature" in attention:
+            title = "feature-map self-attention: query region \u2192 key regions"
+            views.append(_view("feature", title, regions, regions, attention["feature"]))
+        if "regions" in attention:
+            title = "attention pooling over the regions"
+            views.append(_view("regions", title, ["pooled"], regions, attention["regions"]))
+        return {"image": {"png": _png(item), "grid": [grid, grid]}, "views": views}
+
+
+class ClipClassifierAdapter(ClassifierAdapter):
+    kind, views = "clip-classifier", ("frames",)
+
+    def refusal(self, model: nn.Module) -> str | None:
+        pool = model.config.pool
+        if pool == "attention":
+            return None
+        return (
+            f"pools its frames by {pool!r}, which has no attention weights: nothing to "
+            "explore; train with --pool attention"
+        )
+
+    def facts(self, model: nn.Module) -> dict[str, Any]:
+        return dict(super().facts(model), pool=model.config.pool)
+
+    def input_views(self, model, item, attention, names) -> dict:
+        frames = [f"{t}" for t in range(len(item))]
         title = "attention pooling over the frames"
-        return [_view("frames", title, ["clip"], frames, attention["frames"])]
-    view = _view("self", "frame self-attention", frames, frames, attention["self"])
-    rollouts = attention_rollout([layer[0] for layer in attention["self"]])
-    for layer, rollout in zip(view["layers"], rollouts, strict=True):
-        layer["rollout"] = quantize(rollout)
-        layer["rollout_summary"] = head_summary(rollout, self_attention=True)
-    return [view]
+        view = _view("frames", title, ["clip"], frames, attention["frames"])
+        return {"frames": [_png(frame) for frame in item], "views": [view]}
+
+
+class FrameTaggerAdapter(ClassifierAdapter):
+    kind, views = "frame-tagger", ("self",)
+
+    def refusal(self, model: nn.Module) -> str | None:
+        if model.config.tagger_layers:
+            return None
+        return (
+            "has no self-attention blocks (tagger_layers=0): nothing to explore; "
+            "train with --tagger-layers 1 or more"
+        )
+
+    def facts(self, model: nn.Module) -> dict[str, Any]:
+        config = model.config
+        return dict(
+            super().facts(model),
+            layers=config.tagger_layers,
+            heads=config.num_heads,
+        )
+
+    def true_label(self, label, count: int):
+        label = [int(c) for c in label]
+        if len(label) != count:
+            raise InputError(f"{len(label)} frame labels for a clip of {count} frames")
+        return label
+
+    def input_views(self, model, item, attention, names) -> dict:
+        frames = [f"{t} {name}" for t, name in enumerate(names)]
+        view = _view("self", "frame self-attention", frames, frames, attention["self"])
+        rollouts = attention_rollout([layer[0] for layer in attention["self"]])
+        for layer, rollout in zip(view["layers"], rollouts, strict=True):
+            layer["rollout"] = quantize(rollout)
+            layer["rollout_summary"] = head_summary(rollout, self_attention=True)
+        return {"frames": [_png(frame) for frame in item], "views": [view]}
 
 
 def _view(name: str, title: str, queries, keys, layers: list[Tensor]) -> dict[str, Any]:
@@ -116,28 +192,10 @@ def _view(name: str, title: str, queries, keys, layers: list[Tensor]) -> dict[st
     return view
 
 
-def _check_input(item, index: int, kind: str, channels: int) -> None:
-    want = "(C, S, S) pictures" if kind == "image-classifier" else "(T, C, S, S) clips"
-    dims = 3 if kind == "image-classifier" else 4
-    if not isinstance(item, Tensor) or item.dim() != dims or item.shape[-3] != channels:
-        raise InputError(
-            f"input {index}: a {kind} takes {want} with C = {channels}, got "
-            f"{type(item).__name__} {tuple(getattr(item, 'shape', ()))}"
-        )
-    if not item.is_floating_point() or float(item.min()) < 0 or float(item.max()) > 1:
-        raise InputError(f"input {index}: pixels must be floats in [0, 1] (no padding frames)")
-
-
-def _true_label(label, kind: str, count: int):
-    if label is None:
-        return None
-    if kind == "frame-tagger":
-        label = [int(c) for c in label]
-        if len(label) != count:
-            raise InputError(f"{len(label)} frame labels for a clip of {count} frames")
-        return label
-    return int(label)
-
-
 def _png(picture: Tensor) -> str:
     return png_data_uri(picture.expand(3, -1, -1) if picture.shape[0] == 1 else picture)
+
+
+register_explorer("image-classifier", ImageClassifierAdapter())
+register_explorer("clip-classifier", ClipClassifierAdapter())
+register_explorer("frame-tagger", FrameTaggerAdapter())

@@ -17,21 +17,13 @@ from torch import Tensor, nn
 from qkv.data import BOS_ID, EOS_ID, PAD_ID
 from qkv.decoding import beam_search, greedy_search
 from qkv.errors import InputError
-from qkv.models import model_type_of
 
 __all__ = [
-    "CLASSIFIERS",
     "classifier_attention",
-    "refuse_classifier",
     "Decoded",
     "teacher_forced_attention",
     "decode_hypotheses",
-    "explorable_kind",
 ]
-
-#: The model types the explorer knows, and what each one's page shows.
-CLASSIFIERS = ("image-classifier", "clip-classifier", "frame-tagger")
-EXPLORABLE = ("transformer", "rnn-attention", "captioner", *CLASSIFIERS)
 
 
 @dataclass
@@ -44,28 +36,6 @@ class Decoded:
     score: float
     normalized_score: float
     finished: bool
-
-
-def explorable_kind(model: nn.Module) -> str:
-    """The registered type of ``model`` if the explorer can show its attention; else a
-    clear error (the no-attention baselines have none to show)."""
-    try:
-        kind = model_type_of(model)
-    except ValueError:
-        kind = type(model).__name__
-    if kind == "rnn" or (kind == "captioner" and not model.config.attention):
-        raise InputError(
-            f"this {kind!r} model is the baseline without attention: it has no attention "
-            "weights to explore; train 'rnn-attention' (or a captioner with attention) instead"
-        )
-    if kind in CLASSIFIERS:
-        refuse_classifier(kind, model)
-    if kind not in EXPLORABLE:
-        raise InputError(
-            f"the explorer shows {', '.join(EXPLORABLE)} models, not {kind!r}; "
-            "plot other attention with qkv.plotting"
-        )
-    return kind
 
 
 @torch.no_grad()
@@ -139,25 +109,6 @@ def _hypothesis(search: str, found, row: int) -> Decoded:
         normalized_score=float(found.normalized_scores[row]),
         finished=bool(found.finished[row]),
     )
-
-
-def refuse_classifier(kind: str, model: nn.Module) -> None:
-    """A clear error for a classifier that computes no attention weights to show."""
-    config = model.config
-    if kind == "clip-classifier" and config.pool != "attention":
-        reason = f"pools its frames by {config.pool!r}, which has no attention weights"
-        fix = "train with --pool attention"
-    elif kind == "image-classifier" and not (
-        config.feature_attention or config.region_pool == "attention"
-    ):
-        reason = "has neither feature-map attention nor attention pooling"
-        fix = "train with --feature-attention or --pool attention"
-    elif kind == "frame-tagger" and config.tagger_layers == 0:
-        reason = "has no self-attention blocks (tagger_layers=0)"
-        fix = "train with --tagger-layers 1 or more"
-    else:
-        return
-    raise InputError(f"this {kind!r} model {reason}: nothing to explore; {fix}")
 
 
 @torch.no_grad()

@@ -16,8 +16,28 @@ from .build import FORMAT
 __all__ = ["render_html", "iframe_html", "write_html", "check_page_path"]
 
 
+#: The page's script, in the order its parts are defined; script/kinds.js says per kind of
+#: model what the page shows.  They share one scope: inlined together inside one function.
+SCRIPT = (
+    "kinds.js",
+    "data.js",
+    "compact.js",
+    "panels.js",
+    "grid.js",
+    "pictures.js",
+    "neuron.js",
+    "export.js",
+    "main.js",
+)
+
+
 def _asset(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+def _script() -> str:
+    parts = [_asset(f"script/{name}") for name in SCRIPT]
+    return '(function () {\n"use strict";\n' + "\n".join(parts) + "})();\n"
 
 
 def render_html(data: dict[str, Any], *, title: str | None = None) -> str:
@@ -32,7 +52,7 @@ def render_html(data: dict[str, Any], *, title: str | None = None) -> str:
     for key, value in (
         ("__TITLE__", html.escape(title)),
         ("__CSS__", _asset("page.css")),
-        ("__JS__", _asset("page.js")),
+        ("__JS__", _script()),
         ("__DATA__", payload),
     ):
         page = page.replace(key, value, 1)

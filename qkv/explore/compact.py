@@ -1,0 +1,114 @@
+"""Long inputs on the page: a self-attention view of more than ``DENSE_TOKENS`` tokens stores,
+per layer, each head's queries and keys in half precision instead of its T x T weights, and
+the page computes a head's weights when it is shown (``softmax(q k^T / sqrt(d))``, causal
+for an LM).  A 1,024-token input of a 12 x 12 model would otherwise hold 151 M weights.
+
+The page's weights then differ from the model's by the rounding of q and k to float16; that
+difference is measured here, for every head, and the page states it (``max_error``).  The
+model view draws each head downsampled to ``THUMB`` x ``THUMB`` (the mean of each block,
+stored as bytes against the head's maximum).  The mean over heads and the rollout are not
+stored for compact views (each would be T x T again).
+"""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from qkv.errors import InputError
+
+from .summaries import head_summary
+
+__all__ = ["DENSE_TOKENS", "THUMB", "compact_layers", "compact_view"]
+
+#: Self-attention views up to this many tokens store their weights; longer ones q and k.
+DENSE_TOKENS = 256
+THUMB = 64
+
+
+def compact_layers(
+    layers: list[Tensor], vectors: dict[int, dict], *, causal: bool
+) -> tuple[list[dict], float]:
+    """The page's ``layers`` entries of a compact view, and the largest difference between
+    the weights the page computes and the model's ``layers`` (per layer (H, T, T)).
+
+    vectors: per layer the caught {"q": (H, T, Dh), "k": (Hkv, T, Dh)} (or {"absent": why})."""
+    entries, worst = [], 0.0
+    for index, weights in enumerate(layers):
+        found = vectors[index]
+        if "absent" in found:
+            raise InputError(
+                f"an input of {weights.shape[-1]} tokens is stored as q and k, and layer "
+                f"{index} has none ({found['absent']}); explore at most {DENSE_TOKENS} tokens"
+            )
+        q, k = found["q"].half(), found["k"].half()
+        computed = _weights(q, k, causal=causal)
+        worst = max(worst, float((computed - weights.float()).abs().max()))
+        heads, length, dim = q.shape
+        entries.append(
+            {
+                "compact": {
+                    "q": _base64(q),
+                    "k": _base64(k),
+                    "heads": heads,
+                    "kv_heads": k.shape[0],
+                    "dim": dim,
+                    "length": length,
+                    "scale": 1.0 / dim**0.5,
+                    "causal": causal,
+                    "thumb": _base64(_thumbs(weights)),
+                    "thumb_size": min(THUMB, length),
+                },
+                "summaries": [head_summary(head, self_attention=True) for head in weights],
+                "mean_summary": head_summary(weights.mean(0), self_attention=True),
+            }
+        )
+    return entries, worst
+
+
+def _weights(q: Tensor, k: Tensor, *, causal: bool) -> Tensor:
+    """What the page computes from the stored halves (the page in float64, here float32: a
+    difference near 1e-7, far below the rounding).  (H, T, Dh) -> (H, T, T)."""
+    q, k = q.float(), k.float().repeat_interleave(q.shape[0] // k.shape[0], dim=0)
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        length = q.shape[1]
+        above = torch.ones(length, length, dtype=torch.bool).triu(1)
+        scores = scores.masked_fill(above, float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+def _thumbs(weights: Tensor) -> Tensor:
+    """Each head's block means, as bytes against the head's maximum.  (H, T, T) -> (H, S, S)."""
+    size = min(THUMB, weights.shape[-1])
+    pooled = F.adaptive_avg_pool2d(weights[None].float(), size)[0]
+    top = pooled.flatten(1).max(dim=1).values.clamp_min(1e-12)[:, None, None]
+    return (pooled / top * 255).round().to(torch.uint8)
+
+
+def _base64(t: Tensor) -> str:
+    array = t.contiguous().cpu().numpy()
+    if array.dtype == np.float16:
+        array = array.astype("<f2")
+    return base64.b64encode(array.tobytes()).decode("ascii")
+
+
+def compact_view(name: str, title: str, tokens: list[str], layers, vectors, *, causal: bool):
+    """A self-attention view (docs/explorer.md's schema) whose layers are compact."""
+    entries, worst = compact_layers(layers, vectors, causal=causal)
+    return {
+        "id": name,
+        "title": title,
+        "kind": "self",
+        "query_side": "source",
+        "key_side": "source",
+        "query_tokens": list(tokens),
+        "key_tokens": list(tokens),
+        "layers": entries,
+        "compact": True,
+        "max_error": worst,
+    }

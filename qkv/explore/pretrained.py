@@ -1,0 +1,204 @@
+"""Pretrained Hugging Face folders on the explorer: BERT through ``qkv.pretrained.load_bert``,
+GPT-2 (and, where ``qkv.pretrained`` has ``load_llama``, Llama, Qwen2 and Mistral) through
+their loaders' :class:`~qkv.pretrained.PretrainedLM`.  The attention is qkv's own, computed
+by qkv's layers with the folder's weights.
+
+- :func:`load_folder`: the folder's model and a :class:`FolderTokenizer` (token ids with the
+  model's special tokens, a label per token), or one clear error: not a folder, no config,
+  an architecture the explorer cannot read (naming those it can), no weights, no tokenizer.
+- :class:`EncoderAdapter`: a BERT encoder's bidirectional self-attention on each text, every
+  layer and head, mean and rollout.  A decoder-only LM is the language model's adapter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from qkv import pretrained
+from qkv.errors import CheckpointError, InputError, MissingFileError
+
+from .registry import ExplorerAdapter, ExploreRequest, register_explorer
+from .summaries import attention_rollout, head_summary, quantize
+from .vectors import stored_vectors
+from .views import attention_view, decoded_text, model_device
+
+__all__ = ["FolderTokenizer", "LoadedFolder", "load_folder", "EncoderAdapter", "ARCHITECTURES"]
+
+#: config.json's model_type -> (the loader's name in qkv.pretrained, the page's description).
+ARCHITECTURES = {
+    "bert": ("load_bert", "BERT"),
+    "gpt2": ("load_gpt2", "GPT-2"),
+    "llama": ("load_llama", "Llama"),
+    "qwen2": ("load_llama", "Qwen2"),
+    "mistral": ("load_llama", "Mistral"),
+}
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+class FolderTokenizer:
+    """The folder's own tokenizer (``tokenizer.json``, or a BERT ``vocab.txt``), without
+    truncation, so that a text longer than the model's positions is refused, not cut.
+
+    encode(text): ids, with the special tokens the model was trained with (BERT's [CLS] and
+    [SEP]; none for GPT-2-style LMs).  tokens(ids): one label per id: the piece as
+    written (WordPiece "##ing"), or a byte-level piece decoded (" word") when it is whole
+    characters.  decode(ids): text."""
+
+    def __init__(self, tokenizer: Any, *, specials: bool):
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        self._tokenizer, self._specials = tokenizer, specials
+
+    @classmethod
+    def from_folder(cls, folder: Path, *, specials: bool) -> FolderTokenizer:
+        from tokenizers import Tokenizer
+        from tokenizers.implementations import BertWordPieceTokenizer
+
+        if (folder / "tokenizer.json").is_file():
+            return cls(Tokenizer.from_file(str(folder / "tokenizer.json")), specials=specials)
+        if specials and (folder / "vocab.txt").is_file():
+            settings_file = folder / "tokenizer_config.json"
+            settings = (
+                json.loads(settings_file.read_text("utf-8")) if settings_file.is_file() else {}
+            )
+            lowercase = settings.get("do_lower_case", True)
+            return cls(
+                BertWordPieceTokenizer(str(folder / "vocab.txt"), lowercase=lowercase),
+                specials=specials,
+            )
+        wanted = "tokenizer.json or vocab.txt" if specials else "tokenizer.json"
+        raise MissingFileError(
+            f"{folder} has no tokenizer ({wanted}): the explorer labels tokens with it"
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=self._specials).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def tokens(self, ids: Sequence[int]) -> list[str]:
+        byte_level = type(self._tokenizer.decoder).__name__ == "ByteLevel"
+        labels = []
+        for i in ids:
+            piece = self._tokenizer.id_to_token(i)
+            if byte_level:
+                text = self._tokenizer.decode([i], skip_special_tokens=False)
+                piece = text if text and "\ufffd" not in text else piece
+            labels.append(piece if piece is not None else f"<{i}>")
+        return labels
+
+
+@dataclass
+class LoadedFolder:
+    """A pretrained folder's model (eval mode), tokenizer and architecture ("BERT", ...)."""
+
+    model: nn.Module
+    tokenizer: FolderTokenizer
+    architecture: str
+
+
+def load_folder(path: str | Path, *, device: str | torch.device = "cpu") -> LoadedFolder:
+    """Read a Hugging Face folder for the explorer (see the module's docstring)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise MissingFileError(f"--pretrained {folder}: no such folder")
+    if not (folder / "config.json").is_file():
+        raise MissingFileError(f"{folder} has no config.json: is it a Hugging Face model folder?")
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{folder / 'config.json'} is not JSON ({error})") from None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    known = ", ".join(f"{name} ({arch})" for name, (_, arch) in ARCHITECTURES.items())
+    if model_type not in ARCHITECTURES:
+        raise CheckpointError(
+            f"{folder} holds a {model_type!r} model; the explorer reads the architectures {known}"
+        )
+    loader_name, architecture = ARCHITECTURES[model_type]
+    loader = getattr(pretrained, loader_name, None)
+    if loader is None:
+        raise CheckpointError(
+            f"{folder} holds a {architecture} model, and this qkv has no "
+            f"qkv.pretrained.{loader_name} to read it"
+        )
+    if not any((folder / name).is_file() for name in WEIGHT_FILES):
+        raise MissingFileError(f"{folder} has no weights ({' or '.join(WEIGHT_FILES)})")
+    encoder = model_type == "bert"
+    tokenizer = FolderTokenizer.from_folder(folder, specials=encoder)  # before the weights
+    if encoder:
+        model, _ = loader(folder)
+        model = model.to(device)
+    else:
+        model = loader(folder, device=device).model
+    return LoadedFolder(model.eval(), tokenizer, architecture)
+
+
+class EncoderAdapter(ExplorerAdapter):
+    """A BERT encoder on texts; ``tokenizer`` a :class:`FolderTokenizer` (or anything with
+    ``encode`` giving ids with [CLS] / [SEP], and ``tokens``)."""
+
+    kind, views = "encoder", ("encoder",)
+    vectors = True
+
+    def attention_modules(self, model: nn.Module) -> list[nn.Module]:
+        return [layer.self_attention for layer in model.encoder.layers]
+
+    def facts(self, model: nn.Module) -> dict[str, Any]:
+        config = model.config
+        return dict(layers=config.num_layers, heads=config.num_heads, positions=config.max_len)
+
+    @torch.no_grad()
+    def text_attention(self, model, tokenizer, text, index: int = 0):
+        """The ids of one text, and per layer its (H, T, T) float32 self-attention."""
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"input {index}: an encoder takes texts (non-empty str)")
+        ids, limit = tokenizer.encode(text), model.config.max_len
+        if len(ids) > limit:
+            raise InputError(
+                f"input {index} has {len(ids)} tokens; the model's positions reach "
+                f"{limit}: shorten it or split it"
+            )
+        output = model(torch.tensor([ids], device=model_device(model)), need_weights=True)
+        return ids, [weights[0].float().cpu() for weights in output.attention]
+
+    def pages(self, model, inputs, request: ExploreRequest) -> list[dict[str, Any]]:
+        tokenizer = request.tokenizer
+        pages = []
+        modules = self.attention_modules(model)
+        for index, text in enumerate(inputs):
+            (ids, layers), vectors = stored_vectors(
+                modules, request.vectors, self.text_attention, model, tokenizer, text, index
+            )
+            tokens = tokenizer.tokens(ids)
+            title = "encoder self-attention"
+            view = attention_view("encoder", title, tokens, tokens, "source", "source", layers)
+            for entry, rollout in zip(view["layers"], attention_rollout(layers), strict=True):
+                entry["rollout"] = quantize(rollout)
+                entry["rollout_summary"] = head_summary(rollout, self_attention=True)
+            view.update(causal=False, vectors=vectors)
+            pages.append(
+                {
+                    "name": text,
+                    "source": text,
+                    "source_tokens": tokens,
+                    "output": decoded_text(tokenizer, ids),
+                    "output_tokens": [],
+                    "views": [view],
+                }
+            )
+        return pages
+
+
+register_explorer("bert", EncoderAdapter())

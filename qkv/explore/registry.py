@@ -1,0 +1,128 @@
+"""Explorer adapters by model type: how the explorer reads one model family.
+
+Every model type that ``qkv.models.register_model`` knows and that has attention to show has
+an adapter registered here under the same name (the registry lives in ``explore`` because an
+adapter decodes, and the models' package comes before decoding in the import direction).
+An adapter says which kind of page it fills (``kind``: an entry of script/kinds.js), which
+attention views it has (``views``), why a model of its type may have nothing to show
+(``refusal``), the facts the page's header prints (``facts``) and the page's entry for each
+input (``pages``).  Adding a model family to the explorer is one adapter, registered with
+:func:`register_explorer`, and one entry in script/kinds.js.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from qkv.errors import InputError
+from qkv.models import model_type_of
+
+__all__ = [
+    "ExploreRequest",
+    "ExplorerAdapter",
+    "register_explorer",
+    "explorer_for",
+    "explorer_of_type",
+    "explorable_kind",
+    "explorable_types",
+]
+
+
+@dataclass(frozen=True)
+class ExploreRequest:
+    """What :func:`qkv.explore.explore` was asked, beyond the model and its inputs; each
+    adapter reads the fields that apply to its family (docs: ``explore``)."""
+
+    tokenizer: Any = None
+    classes: Sequence[str] | None = None
+    beam: int = 1
+    length_penalty: float = 1.0
+    max_len: int | None = None
+    labels: Sequence[Any] | None = None
+    generate: int = 0
+    temperature: float = 1.0
+    top_k: int | None = None
+    seed: int | None = None
+    vectors: str | Sequence[int] | None = None
+
+
+class ExplorerAdapter(ABC):
+    """The explorer's reading of one model family (subclass it, then register an instance).
+
+    kind: the page's kind of model (a key of script/kinds.js's table).
+    views: the ids of the attention views its pages hold, in the page's order (one per
+        hypothesis for families that show several hypotheses side by side: then the id
+        names the search).
+    takes_labels: whether ``labels=`` (true classes) applies.
+    generates: whether ``generate=`` (tokens sampled after each prompt) applies.
+    vectors: whether ``vectors=`` (q, k, v of some layers, for the neuron view) applies.
+    """
+
+    kind: str
+    views: tuple[str, ...]
+    takes_labels: bool = False
+    generates: bool = False
+    vectors: bool = False
+
+    def refusal(self, model: nn.Module) -> str | None:
+        """Why this model has no attention weights to show (with the fix), or None."""
+        return None
+
+    @abstractmethod
+    def facts(self, model: nn.Module) -> dict[str, Any]:
+        """The page's ``model`` entry beyond ``kind`` and ``class``."""
+
+    @abstractmethod
+    def pages(
+        self, model: nn.Module, inputs: list[Any], request: ExploreRequest
+    ) -> list[dict[str, Any]]:
+        """The page's ``inputs`` entries (docs/explorer.md's schema), one per input."""
+
+
+_ADAPTERS: dict[str, ExplorerAdapter] = {}
+
+
+def register_explorer(model_type: str, adapter: ExplorerAdapter) -> None:
+    """Show models of the registered ``model_type`` (``qkv.models.register_model``'s name)
+    through ``adapter``."""
+    _ADAPTERS[model_type] = adapter
+
+
+def explorable_types() -> list[str]:
+    """The model types the explorer shows (those whose adapter refuses every model left out)."""
+    return sorted(name for name, adapter in _ADAPTERS.items() if adapter.views)
+
+
+def explorer_of_type(model_type: str) -> ExplorerAdapter:
+    """The adapter registered for ``model_type``, or one clear error naming those known."""
+    if model_type not in _ADAPTERS:
+        raise InputError(
+            f"the explorer shows {', '.join(explorable_types())} models, not {model_type!r}; "
+            "plot other attention with qkv.plotting"
+        )
+    return _ADAPTERS[model_type]
+
+
+def explorable_kind(model: nn.Module) -> str:
+    """The registered type of ``model`` if the explorer can show its attention; else a
+    clear error (the no-attention baselines have none to show)."""
+    return explorer_for(model)[0]
+
+
+def explorer_for(model: nn.Module) -> tuple[str, ExplorerAdapter]:
+    """The registered type of ``model`` and its adapter, or one clear error: a type without
+    an adapter, or a model of a known type that computes no attention weights."""
+    try:
+        model_type = model_type_of(model)
+    except ValueError:
+        model_type = type(model).__name__
+    adapter = explorer_of_type(model_type)
+    reason = adapter.refusal(model)
+    if reason is not None:
+        raise InputError(f"this {model_type!r} model {reason}")
+    return model_type, adapter

@@ -1,0 +1,102 @@
+/* script/neuron.js: the neuron view, the equations for one query of one head made visible:
+   the query vector q_i, each key k_j, the products q_i * k_j (one strip per key), the scores
+   q_i . k_j / sqrt(d), the softmax weights, the values v_j and their weighted sum z_i.  The
+   page computes the steps from the stored q, k, v (VECTOR_DIGITS significant digits);
+   views store them only for the layers asked for (qkv explore --vectors). */
+
+let neuronState = null; // the steps drawn last, for qkv.neuron()
+
+/** The steps for query i of head h from a layer's stored vectors (causal: keys j <= i). */
+function neuronSteps(vec, head, i, causal) {
+  const group = vec.q.length / vec.k.length, kv = Math.floor(head / group); // grouped KV heads
+  const q = vec.q[head][i], keys = vec.k[kv], values = vec.v[kv];
+  const count = causal ? i + 1 : keys.length;
+  const products = [], scores = [];
+  for (let j = 0; j < count; j++) {
+    const p = q.map((value, d) => value * keys[j][d]);
+    products.push(p);
+    scores.push(p.reduce((a, b) => a + b, 0) * vec.scale);
+  }
+  const top = Math.max(...scores);
+  const exps = scores.map((value) => Math.exp(value - top));
+  const total = exps.reduce((a, b) => a + b, 0);
+  const weights = exps.map((value) => value / total);
+  const z = q.map((_, d) => weights.reduce((sum, w, j) => sum + w * values[j][d], 0));
+  return { q, keys: keys.slice(0, count), values: values.slice(0, count), products, scores, weights, z };
+}
+
+/** Blue for negative, red for positive, white at 0, against the largest magnitude. */
+function diverging(value, top) {
+  const t = Math.max(-1, Math.min(1, value / (top || 1)));
+  const fade = (c) => Math.round(255 - (255 - c) * Math.abs(t));
+  return t < 0 ? `rgb(${fade(33)},${fade(102)},${fade(172)})` : `rgb(${fade(178)},${fade(24)},${fade(43)})`;
+}
+
+function strip(vector, top, name) {
+  const box = document.createElement("div");
+  box.className = "strip " + name;
+  for (const value of vector) {
+    const cell = document.createElement("span");
+    cell.style.background = diverging(value, top);
+    cell.dataset.value = String(value); cell.title = value.toPrecision(5);
+    box.append(cell);
+  }
+  return box;
+}
+
+const magnitude = (rows) => Math.max(1e-12, ...rows.map((row) => Math.max(...row.map(Math.abs))));
+
+function neuronRow(cells) {
+  const tr = document.createElement("tr");
+  for (const cell of cells) {
+    const td = document.createElement("td");
+    if (cell instanceof Node) td.append(cell); else td.textContent = cell;
+    tr.append(td);
+  }
+  return tr;
+}
+
+function renderNeuron(x, v, s) {
+  const panel = $("neuron-panel");
+  panel.classList.toggle("hidden", !KIND.multiHead || v.vectors === undefined);
+  neuronState = null;
+  if (!KIND.multiHead || v.vectors === undefined) return;
+  const vec = v.vectors[String(s.layer)], note = $("neuron-note"), box = $("neuron");
+  const i = Math.min(s.word, v.query_tokens.length - 1);
+  $("neuron-title").textContent = `neuron view: layer ${s.layer}, ${headName(s.head)}, query ${i} \u201c${v.query_tokens[i]}\u201d`;
+  box.replaceChildren();
+  if (!vec) {
+    const stored = Object.keys(v.vectors);
+    note.textContent = `q, k and v were not stored for layer ${s.layer}` +
+      (stored.length ? ` (stored: layer ${stored.join(", ")})` : "") +
+      `; write the page with --vectors ${s.layer} or --vectors all`;
+    return;
+  }
+  if (vec.absent) { note.textContent = `no q, k, v for layer ${s.layer}: ${vec.absent}`; return; }
+  if (typeof s.head !== "number") { note.textContent = "choose one head to see its steps"; return; }
+  const steps = neuronSteps(vec, s.head, i, v.causal);
+  neuronState = { layer: s.layer, head: s.head, query: i, scores: steps.scores, weights: steps.weights, z: steps.z };
+  note.textContent = `z_i = \u03a3_j softmax_j(q_i\u00b7k_j / \u221a${steps.q.length}) v_j, from q, k, v stored ` +
+    "to 5 significant digits; click a token to choose the query";
+  const kTop = magnitude(steps.keys), pTop = magnitude(steps.products), vTop = magnitude(steps.values);
+  const table = document.createElement("table");
+  table.className = "neuron";
+  table.append(neuronRow(["key", "k_j", "q_i \u2299 k_j", "score", "weight", "v_j"]));
+  const wTop = Math.max(...steps.weights);
+  steps.keys.forEach((key, j) => {
+    const weight = document.createElement("span");
+    weight.className = "weight"; weight.textContent = steps.weights[j].toFixed(4);
+    weight.style.background = css(colour(steps.weights[j] / wTop));
+    const tr = neuronRow([v.key_tokens[j], strip(key, kTop, "key"), strip(steps.products[j], pTop, "product"),
+      steps.scores[j].toFixed(4), weight, strip(steps.values[j], vTop, "value")]);
+    tr.dataset.key = String(j);
+    tr.dataset.score = String(steps.scores[j]); tr.dataset.weight = String(steps.weights[j]);
+    table.append(tr);
+  });
+  const qRow = neuronRow([`q_${i}`, strip(steps.q, magnitude([steps.q]), "query"), "", "", "", ""]);
+  const zRow = neuronRow([`z_${i}`, "", "", "", "\u03a3 weight \u00d7 v_j =", strip(steps.z, vTop, "sum")]);
+  qRow.className = "query-row"; zRow.className = "sum-row";
+  table.prepend(qRow);
+  table.append(zRow);
+  box.append(table);
+}

@@ -1,0 +1,183 @@
+/* script/panels.js: the controls, the token rows, the large matrix (one DOM cell per weight,
+   data-weight = the value drawn) and the per-head summaries.  Each render function takes
+   the input x, its view v and the page state s it draws. */
+
+function fill(select, items, selected) {
+  select.replaceChildren(...items.map(([value, text]) => {
+    const option = document.createElement("option");
+    option.value = String(value); option.textContent = text;
+    return option;
+  }));
+  select.value = String(selected);
+}
+
+function renderControls(x, v, s) {
+  $("model-info").textContent = KIND.info(DATA.model);
+  fill($("input-select"), DATA.inputs.map((item, i) => [i, `${i + 1}. ${item.name}`]), s.input);
+  fill($("view-select"), x.views.map((w, i) => [i, w.title]), s.view);
+  fill($("layer-select"), v.layers.map((_, l) => [l, "layer " + l]), s.layer);
+  fill($("head-select"), headChoices(v, s.layer).map((h) => [h, headName(h)]), s.head);
+  if (!$("metric-select").options.length) fill($("metric-select"), Object.entries(KIND.metrics), "entropy");
+  $("layer-label").classList.toggle("hidden", !KIND.multiHead);
+  $("head-label").classList.toggle("hidden", !KIND.multiHead);
+}
+
+function chip(text, side, index) {
+  const span = document.createElement("span");
+  span.className = "chip"; span.textContent = text;
+  span.dataset.side = side; span.dataset.index = String(index);
+  return span;
+}
+
+let tokensDrawn = null; // "input/view" of the token rows drawn
+
+function renderTokens(x, v) {
+  const drawnFor = `${DATA.inputs.indexOf(x)}/${x.views.indexOf(v)}`;
+  if (tokensDrawn === drawnFor) return;
+  tokensDrawn = drawnFor;
+  const rows = [];
+  if (KIND.sourceRow) rows.push([KIND.sourceRow, "source", x.source_tokens]);
+  // target chips: one per decoding step, labelled as the view at hand labels its rows
+  const steps = v.query_side === "target" ? v : x.views.find((w) => w.query_side === "target");
+  if (steps && KIND.targetRow) rows.push([KIND.targetRow, "target", steps.query_tokens]);
+  if (KIND.classifier) rows.push(["predicted", "predicted", x.output_tokens]);
+  if (KIND.classifier && x.truth_tokens) rows.push(["true", "true", x.truth_tokens]);
+  $("tokens").replaceChildren(...rows.map(([label, side, tokens]) => {
+    const row = document.createElement("div");
+    row.className = "token-row";
+    const name = document.createElement("span");
+    name.className = "side"; name.textContent = label;
+    row.append(name, ...tokens.map((t, i) => chip(t, side, i)));
+    return row;
+  }));
+}
+
+// ---------------------------------------------------------------- the large matrix
+
+/** The cells and labels of the matrix drawn last, for the hover highlights. */
+const drawn = { rowCells: [], colCells: [], rowLabels: [], colLabels: [] };
+
+/** Above this many weights the matrix is one canvas (a pixel per weight), not DOM cells. */
+const DOM_CELLS = 65536;
+
+function renderMatrix(x, v, s) {
+  const m = matrixOf(s.input, v, s.layer, s.head);
+  const rows = m.length, cols = m[0].length, top = maxOf(m);
+  drawn.matrix = m;
+  if (rows * cols > DOM_CELLS) renderMatrixCanvas(v, m, top);
+  else renderMatrixCells(v, m, top);
+  const where = KIND.multiHead ? `layer ${s.layer}, ${headName(s.head)}` : "";
+  $("head-title").textContent = `${v.title}${where ? " \u2014 " + where : ""}`;
+  const error = v.compact ? ` \u00b7 computed in the page from float16 q, k: within ${v.max_error.toPrecision(2)} of the model's weights` : "";
+  $("head-stats").textContent = describe(summaryOf(v, s.layer, s.head)) + error + (v.score !== undefined
+    ? ` \u00b7 score ${v.score.toFixed(3)} (ranked by ${v.normalized_score.toFixed(3)})` : "");
+  $("legend-max").textContent = "max " + (top / SCALE).toString() + " (colours scale to the matrix maximum)";
+  const bar = $("legend-bar").getContext("2d");
+  for (let i = 0; i < 160; i++) { bar.fillStyle = css(colour(i / 159)); bar.fillRect(i, 0, 1, 10); }
+}
+
+/** A long input's matrix: one canvas, a pixel per weight, scaled to the panel; hovering
+    names the query, the key and the weight. */
+function renderMatrixCanvas(v, m, top) {
+  const rows = m.length, cols = m[0].length, canvas = document.createElement("canvas");
+  canvas.width = cols; canvas.height = rows; canvas.className = "matrix-canvas";
+  const ctx = canvas.getContext("2d"), img = ctx.createImageData(cols, rows);
+  const palette = new Uint32Array(256).map((_, t) => { // RGBA bytes as one little-endian word
+    const [r, g, b] = colour(t / 255);
+    return ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
+  });
+  const words = new Uint32Array(img.data.buffer), step = 255 / top;
+  for (let i = 0; i < rows; i++) {
+    const row = m[i], base = i * cols;
+    for (let j = 0; j < cols; j++) words[base + j] = palette[(row[j] * step + 0.5) | 0];
+  }
+  ctx.putImageData(img, 0, 0);
+  const side = Math.max(320, Math.min(900, $("matrix-scroll").clientWidth - 20));
+  canvas.style.width = side + "px"; canvas.style.height = Math.round((side * rows) / cols) + "px";
+  canvas.addEventListener("mousemove", (e) => {
+    const box = canvas.getBoundingClientRect();
+    const i = Math.min(rows - 1, Math.floor(((e.clientY - box.top) / box.height) * rows));
+    const j = Math.min(cols - 1, Math.floor(((e.clientX - box.left) / box.width) * cols));
+    $("hover-info").textContent = `${v.query_tokens[i]} \u2192 ${v.key_tokens[j]}: ${m[i][j] / SCALE} (query ${i}, key ${j})`;
+  });
+  drawn.rowCells = []; drawn.colCells = []; drawn.rowLabels = []; drawn.colLabels = [];
+  const grid = $("matrix");
+  grid.style.gridTemplateColumns = "max-content";
+  grid.replaceChildren(canvas);
+}
+
+function renderMatrixCells(v, m, top) {
+  const rows = m.length, cols = m[0].length;
+  const width = Math.max(320, $("matrix-scroll").clientWidth - 130);
+  const cell = Math.max(6, Math.min(22, Math.floor(width / cols)));
+  const every = Math.ceil(12 / cell); // labels thin out when cells are too small for text
+  const grid = $("matrix");
+  grid.style.setProperty("--cell", cell + "px");
+  grid.style.gridTemplateColumns = `max-content repeat(${cols}, ${cell}px)`;
+  const parts = [Object.assign(document.createElement("div"), { className: "corner" })];
+  drawn.colLabels = v.key_tokens.map((t, j) => {
+    const label = document.createElement("div");
+    label.className = "col-label" + (j % every === 0 ? " shown" : "");
+    label.dataset.col = String(j); label.title = t;
+    label.textContent = j % every === 0 ? short(t) : "";
+    parts.push(label);
+    return label;
+  });
+  drawn.rowCells = []; drawn.colCells = v.key_tokens.map(() => []); drawn.rowLabels = [];
+  for (let i = 0; i < rows; i++) {
+    const label = document.createElement("div");
+    label.className = "row-label" + (i % every === 0 ? " shown" : "");
+    label.dataset.row = String(i); label.title = v.query_tokens[i];
+    label.textContent = i % every === 0 ? short(v.query_tokens[i]) : "";
+    drawn.rowLabels.push(label); parts.push(label);
+    const cells = [];
+    for (let j = 0; j < cols; j++) {
+      const c = document.createElement("div");
+      c.className = "cell"; c.dataset.row = String(i); c.dataset.col = String(j);
+      c.dataset.weight = String(m[i][j] / SCALE);
+      c.style.background = css(colour(m[i][j] / top));
+      cells.push(c); drawn.colCells[j].push(c); parts.push(c);
+    }
+    drawn.rowCells.push(cells);
+  }
+  grid.replaceChildren(...parts);
+}
+
+// ---------------------------------------------------------------- per-head summaries
+
+function renderSummaries(x, v, s) {
+  const panel = $("summary-panel");
+  panel.classList.toggle("hidden", !KIND.multiHead);
+  if (!KIND.multiHead) return;
+  const metric = $("metric-select").value;
+  const heads = headChoices(v, 0);
+  const values = [];
+  v.layers.forEach((_, l) => heads.forEach((h) => {
+    const value = summaryOf(v, l, h)?.[metric];
+    if (typeof value === "number" && h !== "mean" && h !== "rollout") values.push(value);
+  }));
+  // a head stands out when it is in the most extreme tenth: lowest entropy, else highest share
+  const sorted = [...values].sort((a, b) => a - b);
+  const cut = metric === "entropy" ? sorted[Math.floor(sorted.length * 0.1)]
+    : sorted[Math.ceil(sorted.length * 0.9) - 1];
+  const table = document.createElement("table");
+  table.className = "summaries";
+  table.innerHTML = "<tr><th></th>" + heads.map((h) => `<th>${typeof h === "number" ? "H" + h : h}</th>`).join("") + "</tr>";
+  v.layers.forEach((_, l) => {
+    const tr = document.createElement("tr");
+    tr.innerHTML = `<th>L${l}</th>`;
+    heads.forEach((h) => {
+      const td = document.createElement("td");
+      const value = summaryOf(v, l, h)?.[metric];
+      td.textContent = value === null || value === undefined ? "\u2013" : value.toFixed(2);
+      const out = typeof value === "number" && typeof h === "number" &&
+        (metric === "entropy" ? value <= cut : value >= cut);
+      td.classList.toggle("standout", out);
+      td.classList.toggle("current", l === s.layer && String(h) === String(s.head));
+      td.addEventListener("click", () => show({ layer: l, head: h }));
+      tr.append(td);
+    });
+    table.append(tr);
+  });
+  $("summaries").replaceChildren(table);
+}
