@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..block_mask import BlockMask, ModEvaluator
+from ..block_mask import BlockMask, ModEvaluator, index_range
 
 __all__ = ["FlexPlan", "FlexAttentionFunction", "plan_flex"]
 
@@ -144,9 +144,8 @@ class _Tiles:
         self.k = k_part.reshape(-1, *k_part.shape[2:])  # (P, Tk, Dh)
         self.v = v_part.reshape(-1, *v_part.shape[2:])
         device = q.device
-        self.b = torch.arange(group.batches.start, group.batches.stop, device=device)
-        self.b = self.b.view(-1, 1, 1, 1, 1)
-        heads = torch.arange(group.heads.start, group.heads.stop, device=device)
+        self.b = index_range(group.batches.start, group.batches.stop, device).view(-1, 1, 1, 1, 1)
+        heads = index_range(group.heads.start, group.heads.stop, device)
         self.h = heads.view(1, self.nkv, group.per_kv, 1, 1)
 
     def five(self, x: Tensor) -> Tensor:
@@ -182,8 +181,8 @@ class _Tiles:
 
     def index(self, rows: slice, cols: slice, device: torch.device) -> tuple[Tensor, ...]:
         """(b, h, q_idx, kv_idx), each shaped to broadcast to (nb, nkv, G, r, c)."""
-        q = torch.arange(rows.start, rows.stop, device=device).view(1, 1, 1, -1, 1)
-        kv = torch.arange(cols.start, cols.stop, device=device).view(1, 1, 1, 1, -1)
+        q = index_range(rows.start, rows.stop, device).view(1, 1, 1, -1, 1)
+        kv = index_range(cols.start, cols.stop, device).view(1, 1, 1, 1, -1)
         return self.b, self.h, q, kv
 
 
