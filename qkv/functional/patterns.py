@@ -26,6 +26,7 @@ __all__ = [
     "alibi",
     "softcap",
     "relative_bias",
+    "chain_scores",
 ]
 
 MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
@@ -154,6 +155,20 @@ def relative_bias(table: Tensor) -> ScoreMod:
         return score + table[h, offset]
 
     return relative_bias_score
+
+
+def chain_scores(*score_mods: ScoreMod | None) -> ScoreMod | None:
+    """s -> f_n(... f_1(s)): the score functions applied in turn (None ones skipped)."""
+    mods = [mod for mod in score_mods if mod is not None]
+    if len(mods) <= 1:
+        return mods[0] if mods else None
+
+    def chained_score(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        for mod in mods:
+            score = mod(score, b, h, q_idx, kv_idx)
+        return score
+
+    return chained_score
 
 
 def _check_positive(name: str, value: object) -> None:
