@@ -123,7 +123,8 @@ class MultiHeadAttention(nn.Module):
         (``qkv.functional.attention(..., weights_grad=False)`` chooses how they are made).
 
         ``block_mask`` / ``score_mod`` (FlexAttention's) go to ``attention``'s flex path;
-        position biases (ALiBi) then join as a score function, not a (Tq, Tk) tensor.
+        position biases (ALiBi) then join as a score function, not a (Tq, Tk) tensor.  That
+        kernel has no dropout on the weights: the layer's ``dropout`` is not applied there.
         """
         self._check_inputs(query, key, value, cache)
         if cache is not None and not cache.appends:  # fixed memory, projected once
@@ -151,7 +152,7 @@ class MultiHeadAttention(nn.Module):
             v,
             mask=mask,
             causal=causal,
-            dropout=self.dropout if self.training else 0.0,
+            dropout=self.dropout if self.training and block_mask is score_mod is None else 0.0,
             need_weights=need_weights,
             weights_grad=False,
             block_mask=block_mask,

@@ -35,7 +35,8 @@ class TransformerLMConfig:
     layer_norm_eps: epsilon of every LayerNorm.
     window: None (full causal attention) or W: each position attends to the W most recent
         positions, itself included (Mistral's sliding window), on the flex kernel, which
-        skips the blocks outside the window.
+        skips the blocks outside the window (and drops no attention weights: ``dropout``
+        still applies to embeddings, residual branches and the feed-forward layer).
     """
 
     vocab_size: int
