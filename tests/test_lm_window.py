@@ -46,3 +46,11 @@ def test_tokens_beyond_the_receptive_field_change_nothing():
 def test_window_must_be_a_positive_int(window):
     with pytest.raises(InputError, match="window"):
         TransformerLMConfig(VOCAB, window=window)
+
+
+def test_the_task_setup_refuses_window_zero_early():
+    from qkv.tasks.lm import LMSetup, lm_config
+
+    with pytest.raises(InputError, match="--window 0"):
+        LMSetup(window=0)
+    assert lm_config(LMSetup(window=64), VOCAB).window == 64
