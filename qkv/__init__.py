@@ -2,12 +2,18 @@
 
 from . import functional, layers
 from .functional import (
+    BlockMask,
+    and_masks,
     attention,
     attention_with_weights,
     causal_mask,
+    create_block_mask,
     explain_backend,
+    flex_attention,
     masked_softmax,
     merge_heads,
+    noop_mask,
+    or_masks,
     padding_mask,
     split_heads,
 )
@@ -68,6 +74,12 @@ __all__ = [
     "EncoderBlock",
     "DecoderBlock",
     "attention",
+    "flex_attention",
+    "create_block_mask",
+    "BlockMask",
+    "and_masks",
+    "or_masks",
+    "noop_mask",
     "explain_backend",
     "masked_softmax",
     "padding_mask",

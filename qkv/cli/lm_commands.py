@@ -60,6 +60,7 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
         "--vocab-size", type=int, default=4096, help="byte-level BPE vocabulary (default: 4096)"
     )
     lm.add_argument("--num-kv-heads", type=int, help="grouped key/value heads (default: all)")
+    lm.add_argument("--window", type=int, help="attend to the last W positions only (flex kernel)")
     lm.add_argument("--dropout", type=float, help="dropout, overriding the size's default")
     lm.add_argument(
         "--batch-size",
@@ -110,6 +111,7 @@ def _train_lm(args: argparse.Namespace) -> int:
         vocab_size=args.vocab_size,
         num_kv_heads=args.num_kv_heads,
         dropout=args.dropout,
+        window=args.window,
     )
     if args.max_tokens is None:
         args.max_tokens = args.batch_size * (setup.context_length + 1)

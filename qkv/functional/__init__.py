@@ -12,6 +12,8 @@ from .backends import reference as _reference  # noqa: F401  (registers "referen
 from .backends import sdpa as _sdpa  # noqa: F401  (registers "sdpa")
 from .backends.chunked import chunked_attention, weights_from_lse
 from .backends.reference import attention_weights
+from .block_mask import BlockMask, and_masks, create_block_mask, noop_mask, or_masks
+from .flex import flex_attention
 from .heads import merge_heads, repeat_kv, split_heads
 from .masks import causal_mask, from_key_padding_mask, padding_mask
 from .positions import (
@@ -29,6 +31,12 @@ __all__ = [
     "attention_weights",
     "attention_with_weights",
     "chunked_attention",
+    "flex_attention",
+    "create_block_mask",
+    "BlockMask",
+    "and_masks",
+    "or_masks",
+    "noop_mask",
     "weights_from_lse",
     "explain_backend",
     "AttentionOutput",

@@ -5,10 +5,18 @@ from __future__ import annotations
 from torch import Tensor
 
 from ..errors import InputError
-from .backends import AttentionCall, AttentionOutput, BackendChoice, choose_backend
+from .backends import (
+    AttentionCall,
+    AttentionOutput,
+    BackendChoice,
+    available_backends,
+    choose_backend,
+)
 from .backends.explicit import explicit_attention, supports_explicit
 from .backends.explicit_backend import inspection_weights
+from .block_mask import BlockMask, create_block_mask
 from .checks import check_causal, check_mask, check_tensors
+from .flex import ScoreMod, flex_attention
 from .heads import repeat_kv
 from .scores import resolve_scale
 
@@ -28,6 +36,8 @@ def attention(
     need_weights: bool = False,
     weights_grad: bool = True,
     backend: str = "auto",
+    block_mask: BlockMask | None = None,
+    score_mod: ScoreMod | None = None,
 ) -> AttentionOutput:
     """z_i = sum_j alpha_ij v_j,  alpha_ij = softmax_j(e_ij),  e_ij = score(q_i, k_j).
 
@@ -56,15 +66,62 @@ def attention(
         backend: "auto" (the fastest that supports the call; see :func:`explain_backend`),
             "sdpa", "chunked", "explicit" (weights without gradient) or "reference" (the
             equations).
+        block_mask, score_mod: FlexAttention's (see :func:`~qkv.functional.flex.flex_attention`):
+            the call then runs on the flex kernel, which skips the blocks the mask empties.
+            ``causal`` is added as an end-aligned causal block mask when ``block_mask`` is
+            None; ``mask``, dropout and weights do not combine with it (put the mask into the
+            mask_mod).
 
     A query whose every key is masked gets output 0 and weights 0 (finite gradients),
     never NaN, on every backend.
     """
+    if block_mask is not None or score_mod is not None:
+        _check_flex_call(mask, dropout, need_weights, backend, causal and block_mask is not None)
+        return _flex_call(query, key, value, block_mask, score_mod, causal, score, scale)
     call = _make_call(query, key, value, mask, causal, score, scale, dropout, need_weights)
     if call.need_weights and not weights_grad:
         return _attention_for_inspection(call, backend)
     impl, _ = choose_backend(call, backend)
     return impl.run(call)
+
+
+FLEX_REASON = "block_mask/score_mod: only the flex kernel evaluates mask_mod/score_mod per tile"
+
+
+def _check_flex_call(
+    mask: Tensor | None, dropout: float, need_weights: bool, backend: str, causal_too: bool
+) -> None:
+    problems = [
+        ("a mask", mask is not None),
+        ("dropout", dropout > 0),
+        ("need_weights", need_weights),
+        (f"backend={backend!r}", backend not in ("auto", "flex")),
+        ("causal=True with a block_mask", causal_too),
+    ]
+    found = [name for name, present in problems if present]
+    if found:
+        raise InputError(
+            f"block_mask/score_mod run on the flex kernel, which does not take {', '.join(found)}: "
+            "put masks into the mask_mod (qkv.and_masks(causal, ...)) and drop the rest"
+        )
+
+
+def _flex_call(query, key, value, block_mask, score_mod, causal, score, scale) -> AttentionOutput:
+    check_tensors(query, key, value)
+    tq, tk = query.shape[2], key.shape[2]
+    if causal:  # end-aligned, as attention's causal: the queries are the last Tq positions
+        check_causal(True, tq, tk)
+        offset = tk - tq
+
+        def end_aligned_causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return kv_idx <= q_idx + offset
+
+        block_mask = create_block_mask(end_aligned_causal, None, None, tq, tk, query.device)
+    scale = resolve_scale(score, scale, query.shape[-1])
+    output = flex_attention(
+        query, key, value, score_mod, block_mask, scale, enable_gqa=True, return_lse=False
+    )
+    return AttentionOutput(output, None)
 
 
 def _attention_for_inspection(call: AttentionCall, backend: str) -> AttentionOutput:
@@ -126,10 +183,16 @@ def explain_backend(
     need_weights: bool = False,
     weights_grad: bool = True,
     backend: str = "auto",
+    block_mask: BlockMask | None = None,
+    score_mod: ScoreMod | None = None,
 ) -> BackendChoice:
     """Which backend :func:`attention` would run with these arguments, and what ruled out
     each faster one.  ``print(explain_backend(q, k, v, need_weights=True))``.  Weights for
-    inspection (``weights_grad=False``) go to "explicit" where it can serve them."""
+    inspection (``weights_grad=False``) go to "explicit" where it can serve them; a
+    ``block_mask`` or ``score_mod`` goes to "flex"."""
+    if block_mask is not None or score_mod is not None:
+        _check_flex_call(mask, dropout, need_weights, backend, causal and block_mask is not None)
+        return BackendChoice("flex", {name: FLEX_REASON for name in available_backends()})
     call = _make_call(query, key, value, mask, causal, score, scale, dropout, need_weights)
     if not (call.need_weights and not weights_grad):
         return choose_backend(call, backend)[1]

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from qkv.errors import InputError
+from qkv.functional.block_mask import BlockMask
 
 from .attention_positions import AttentionPositions
 from .cache import KVCache, StaticKV
@@ -177,13 +178,20 @@ class EncoderBlock(_ResidualBlock):
         need_weights: bool = False,
         causal: bool = False,
         cache: KVCache | None = None,
+        block_mask: BlockMask | None = None,
     ) -> EncoderBlockOutput:
         """``causal`` / ``cache``: masked self-attention with a growing KV cache, as a
-        decoder-only language model uses the block (x then holds only the newest positions)."""
+        decoder-only language model uses the block (x then holds only the newest positions).
+        ``block_mask``: a flex block mask for the self-attention (a sliding window)."""
 
         def attend(h: Tensor) -> tuple[Tensor, Tensor | None]:
             return self.self_attention(
-                h, mask=mask, causal=causal, cache=cache, need_weights=need_weights
+                h,
+                mask=mask,
+                causal=causal,
+                cache=cache,
+                need_weights=need_weights,
+                block_mask=block_mask,
             )
 
         x, weights = self._residual(x, attend, self.self_attention_norm)

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import InputError
-from ..functional import attention, merge_heads, split_heads
+from ..functional import BlockMask, attention, merge_heads, split_heads
+from ..functional.patterns import chain_scores
 from .attention_positions import AttentionPositions
 from .cache import AttentionCache, StaticKV
 from .saved_formats import stack_legacy_projections
@@ -105,6 +106,8 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         need_weights: bool = False,
         cache: AttentionCache | None = None,
+        block_mask: BlockMask | None = None,
+        score_mod=None,
     ) -> tuple[Tensor, Tensor | None]:
         """Shapes: query (B, Tq, D); key (B, Tk, kdim), value (B, Tk, vdim), both omitted for
         self-attention; mask broadcastable to (B, H, Tq, Tk), boolean (True = may attend) or a
@@ -118,6 +121,10 @@ class MultiHeadAttention(nn.Module):
         Without ``need_weights`` the output takes the fastest backend.  With it, the per-head
         weights are returned for inspection and carry **no gradient**
         (``qkv.functional.attention(..., weights_grad=False)`` chooses how they are made).
+
+        ``block_mask`` / ``score_mod`` (FlexAttention's) go to ``attention``'s flex path;
+        position biases (ALiBi) then join as a score function, not a (Tq, Tk) tensor.  That
+        kernel has no dropout on the weights: the layer's ``dropout`` is not applied there.
         """
         self._check_inputs(query, key, value, cache)
         if cache is not None and not cache.appends:  # fixed memory, projected once
@@ -135,17 +142,21 @@ class MultiHeadAttention(nn.Module):
                 k = self.positions.rotate(k, start=past)  # the KV heads, before the cache
             if cache is not None:
                 k, v = cache.append(k, v)  # (B, Hkv, past + new positions, Dh)
-            if self.positions is not None:
+            if self.positions is not None and block_mask is None and score_mod is None:
                 mask = _add_bias(mask, self._position_bias(q, k, past))
+            elif self.positions is not None:
+                score_mod = chain_scores(score_mod, self._position_score(q, k, past))
         output, weights = attention(
             q,
             k,
             v,
             mask=mask,
             causal=causal,
-            dropout=self.dropout if self.training else 0.0,
+            dropout=self.dropout if self.training and block_mask is score_mod is None else 0.0,
             need_weights=need_weights,
             weights_grad=False,
+            block_mask=block_mask,
+            score_mod=score_mod,
         )
         return self.out_proj(merge_heads(output)), weights  # output (B, H, Tq, Dh) merged
 
@@ -168,6 +179,16 @@ class MultiHeadAttention(nn.Module):
                 f"attention needs (H, Tq, Tk) = {want}"
             )
         return bias
+
+    def _position_score(self, q: Tensor, k: Tensor, past: int):
+        """The position bias as a score function, for the flex path (None: only rotations)."""
+        if hasattr(self.positions, "score_mod"):
+            return self.positions.score_mod(query_start=past)
+        if self._position_bias(q, k, past) is not None:
+            raise InputError(
+                f"{type(self.positions).__name__} has no score_mod for block_mask/score_mod"
+            )
+        return None
 
     def project_kv(self, key: Tensor, value: Tensor | None = None) -> StaticKV:
         """Keys and values of fixed memory (an encoder's output), computed once for every

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from qkv.errors import InputError
+from qkv.functional.patterns import alibi
 from qkv.functional.positions import alibi_bias, alibi_slopes, apply_rotary, rotary_angles
 
 __all__ = ["RotaryEmbedding", "ALiBi"]
@@ -150,6 +151,12 @@ class ALiBi(nn.Module):
             self.num_heads, num_queries, num_keys, slopes=slopes, query_start=query_start
         )
         return table[0].to(dtype)  # (H, Tq, Tk)
+
+    def score_mod(self, *, query_start: int):
+        """The same bias as a flex_attention score function (no (Tq, Tk) tensor): queries at
+        positions query_start.., keys at 0..  (:func:`qkv.functional.patterns.alibi`)."""
+        _check_start(query_start, "query_start")
+        return alibi(self.slopes, query_start)
 
     def forward(self, query_len: int, key_len: int) -> Tensor:
         return alibi_bias(self.num_heads, query_len, key_len, slopes=self.slopes)

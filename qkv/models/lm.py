@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from qkv.errors import InputError
+from qkv.functional.block_mask import BlockMask, create_block_mask
 from qkv.layers.blocks import EncoderBlock
 from qkv.layers.cache import KVCache
 from qkv.layers.multihead import MultiHeadAttention
@@ -200,16 +201,47 @@ class TransformerLM(nn.Module):
         # One new position (a decoding step) is the last one: it may attend to every key, so
         # no causal mask is needed (and none is built).
         causal = ids.shape[1] > 1
+        mask, block_mask = None, None
+        if self.config.window is not None:  # the window is causal itself
+            mask, block_mask = self._window(ids.shape[1], offset, x.device, need_weights)
+            causal = False
         weights = []
         for index, block in enumerate(self.blocks):
             cache = None if caches is None else caches[index]
-            out = block(x, causal=causal, cache=cache, need_weights=need_weights)
+            out = block(
+                x,
+                mask=mask,
+                causal=causal,
+                cache=cache,
+                need_weights=need_weights,
+                block_mask=block_mask,
+            )
             x = out.hidden
             if need_weights:
                 weights.append(out.self_attention)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x, weights
+
+    def _window(
+        self, length: int, offset: int, device: torch.device, dense: bool
+    ) -> tuple[Tensor | None, BlockMask | None]:
+        """The sliding window for queries at offset.. over keys 0..offset+length-1: query i
+        sees key j iff 0 <= (offset + i) - j < W.  A block mask (flex: blocks outside the
+        window are skipped), or a boolean (length, keys) mask for one decoding step or when
+        the weights are wanted (the flex kernel returns none)."""
+        window, keys = self.config.window, offset + length
+        if length == 1 or dense:
+            distance = torch.arange(offset, keys, device=device)[:, None] - torch.arange(
+                keys, device=device
+            )
+            return (distance >= 0) & (distance < window), None
+
+        def window_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            distance = q_idx + offset - kv_idx
+            return (distance >= 0) & (distance < window)
+
+        return None, create_block_mask(window_mask, None, None, length, keys, device)
 
     def _check_length(self, length: int) -> None:
         if self.max_positions is not None and length > self.max_positions:

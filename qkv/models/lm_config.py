@@ -33,6 +33,10 @@ class TransformerLMConfig:
     tie_embeddings: the output projection reuses the token embedding matrix.
     bias: biases in the attention and feed-forward projections.
     layer_norm_eps: epsilon of every LayerNorm.
+    window: None (full causal attention) or W: each position attends to the W most recent
+        positions, itself included (Mistral's sliding window), on the flex kernel, which
+        skips the blocks outside the window (and drops no attention weights: ``dropout``
+        still applies to embeddings, residual branches and the feed-forward layer).
     """
 
     vocab_size: int
@@ -49,6 +53,7 @@ class TransformerLMConfig:
     tie_embeddings: bool = True
     bias: bool = True
     layer_norm_eps: float = 1e-5
+    window: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_kv_heads is None:
@@ -72,6 +77,13 @@ class TransformerLMConfig:
         if self.activation not in ACTIVATIONS:
             raise InputError(f"activation={self.activation!r} is not one of {sorted(ACTIVATIONS)}")
         position_kind(self.positions)  # InputError naming the registered schemes
+        if self.window is not None and (
+            not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1
+        ):
+            raise InputError(
+                f"window={self.window!r} must be a positive number of positions (e.g. 256), "
+                "or None for full causal attention"
+            )
 
     @property
     def head_dim(self) -> int:

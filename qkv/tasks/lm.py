@@ -57,6 +57,7 @@ class LMSetup:
     tokenizer: "char" or "bytebpe"; vocab_size for bytebpe.
     num_kv_heads: grouped key/value heads (None: one per query head).
     dropout: overrides the size's dropout (None: keep it).
+    window: sliding-window causal attention over the last W positions (None: full causal).
     """
 
     data: str = "kjv"
@@ -67,6 +68,7 @@ class LMSetup:
     vocab_size: int = 4096
     num_kv_heads: int | None = None
     dropout: float | None = None
+    window: int | None = None
 
     def __post_init__(self) -> None:
         if self.size not in LM_SIZES:
@@ -77,6 +79,10 @@ class LMSetup:
             )
         if self.context is not None and self.context < 2:
             raise InputError(f"--context {self.context} must be at least 2 tokens")
+        if self.window is not None and self.window < 1:
+            raise InputError(
+                f"--window {self.window} must be at least 1 position (omit it for full attention)"
+            )
 
     @property
     def context_length(self) -> int:
@@ -94,6 +100,7 @@ def lm_config(setup: LMSetup, vocab_size: int) -> TransformerLMConfig:
         num_kv_heads=setup.num_kv_heads,
         max_len=setup.context_length,
         positions=setup.positions,
+        window=setup.window,
     )
 
 
