@@ -125,3 +125,98 @@ def dying_worker(rank: int, world: int, port: int, out: str) -> None:
     Path(out, f"rank{rank}.txt").write_text(f"{time.monotonic() - start:.1f}\n{message}")
     sys.stdout.flush()
     os._exit(0)  # the group is broken: leave without the teardown barrier
+
+
+# -- training under context parallelism -------------------------------------------------------
+
+TEXT = "".join(
+    f"line {i}: the quick brown fox jumps over the lazy dog {i * 7 % 13}\n" for i in range(60)
+)
+
+
+def lm_training(out_dir: str, text_path: str, context_parallel: int, steps: int, **setup):
+    """One small LM trained ``steps`` steps with windows of 24 tokens (padded to a multiple of
+    2P where they are shorter), no dropout, every step checkpointed."""
+    from qkv.tasks.lm import LMSetup, train_lm
+    from qkv.training import TrainConfig
+
+    config = TrainConfig(
+        lr=1e-3,
+        warmup_steps=0,
+        max_steps=steps,
+        max_tokens=400,
+        validate_every=1,
+        log_every=1,
+        device="cpu",
+        label_smoothing=0.0,
+        context_parallel=context_parallel,
+    )
+    lm_setup = LMSetup(data=text_path, context=24, dropout=0.0, **setup)
+    return train_lm(lm_setup, config, out_dir, resume=(Path(out_dir) / "last.json").exists())
+
+
+def training_worker(
+    rank: int, world: int, port: int, out_dir: str, text_path: str, context_parallel: int,
+    steps: int, positions: str, die_after: int | None = None,
+) -> None:  # fmt: skip
+    """A torchrun-like process; with ``die_after`` rank 1 dies in its step after that many."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )  # fmt: skip
+    torch.set_num_threads(1)
+    if die_after is not None:
+        import qkv.training.distributed as distributed
+        from qkv.training.step import TrainStep
+
+        distributed.PROCESS_GROUP_TIMEOUT = datetime.timedelta(seconds=10)
+        original, calls = TrainStep.__call__, []
+
+        def dying_step(self, *args, **kwargs):
+            calls.append(1)
+            if rank == 1 and len(calls) > die_after:
+                os._exit(1)
+            return original(self, *args, **kwargs)
+
+        TrainStep.__call__ = dying_step
+    try:
+        lm_training(out_dir, text_path, context_parallel, steps, positions=positions)
+    except Exception as error:
+        Path(out_dir, f"error-{rank}.txt").write_text(f"{type(error).__name__}: {error}")
+        os._exit(3)
+
+
+def lm_gradient_worker(rank: int, world: int, port: int, out: str, positions: str) -> None:
+    """Summed token loss of a float64 LM over one window of 30 tokens (padded to a multiple
+    of 2P): its gradients summed over the ranks, against one process; rank 0 writes the
+    largest difference per parameter (and the loss's, which sequence_loss sums in float32)."""
+    from qkv.models import TransformerLM, TransformerLMConfig
+    from qkv.training.loss import sequence_loss
+
+    _join(rank, world, port)
+    config = TransformerLMConfig(
+        40, d_model=32, num_heads=4, num_kv_heads=2, num_layers=2, d_ff=64, max_len=32,
+        dropout=0.0, positions=positions,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    lm = TransformerLM(config).double()
+    ids = torch.randint(1, 40, (2, 31), generator=torch.Generator().manual_seed(1))
+    parallel = lm.context_parallel()
+    logits = parallel(ids[:, :0], ids[:, :-1]).logits
+    loss, _ = sequence_loss(logits, parallel.shard(ids[:, 1:]), pad_id=0)
+    loss.backward()
+    grads = {name: p.grad.clone() for name, p in lm.named_parameters()}
+    for grad in grads.values():
+        dist.all_reduce(grad)
+    total = loss.detach().clone()
+    dist.all_reduce(total)
+    lm.zero_grad()
+    expected, _ = sequence_loss(lm(ids[:, :-1]).logits, ids[:, 1:], pad_id=0)
+    expected.backward()
+    errors = {name: float((grads[name] - p.grad).abs().max()) for name, p in lm.named_parameters()}
+    errors["loss (relative; float32)"] = float(
+        (total - expected.detach()).abs() / expected.detach()
+    )
+    if rank == 0:
+        Path(out).write_text(json.dumps(errors))
+    dist.destroy_process_group()
