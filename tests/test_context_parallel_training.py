@@ -49,7 +49,9 @@ def test_a_dead_rank_stops_training_with_one_line_and_resume_continues(tmp_path)
     codes = run_processes(training_worker, 2, str(out), str(text), 2, 4, "rope", 2, timeout=300)
     assert codes == [3, 1]  # rank 0 stopped with an error; rank 1 died
     message = (out / "error-0.txt").read_text()
-    assert message.startswith("RingPeerError: ") and "\n" not in message, message
+    # the ring's own error, or the trainer's where another collective noticed first
+    assert message.startswith(("RingPeerError: ", "PeerLostError: ")), message
+    assert "\n" not in message and "died or hung" in message, message
     assert load_checkpoint(out).step == 2  # the last checkpoint before the death
     codes = run_processes(training_worker, 2, str(out), str(text), 2, 4, "rope", timeout=300)
     assert codes == [0, 0]

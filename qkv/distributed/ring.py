@@ -200,7 +200,7 @@ def _backward(
         received = pending.wait()
         if outgoing:
             kv = received.pop(0)
-        grad_kv = local + received[0] if received else local
+        grad_kv = received[0].add_(local) if received else local  # in place: no third buffer
     if world > 1:
         grad_kv = _Transfer(ring, world, [], [grad_kv]).wait()[0]  # home: this rank's keys
     return grad_q, grad_kv[..., :dk], grad_kv[..., dk:]

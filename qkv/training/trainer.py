@@ -29,7 +29,7 @@ from ..models.registry import model_type_of
 from .checkpoint import read_pointer
 from .config import TrainConfig
 from .context_parallel import check_context_parallel_model, plan_context_parallel
-from .distributed import setup_distributed, teardown_distributed
+from .distributed import peer_lost, setup_distributed, teardown_distributed
 from .lock import lock_run
 from .loop import agree_before_step, budget_spent, log_now, step_groups, validate_now
 from .progress import JsonLog, LossWindow, ProgressBar
@@ -111,7 +111,10 @@ class Trainer:
         try:
             self._prepare()
             with StopSignals() as signals:
-                stop = self._train(signals)
+                try:
+                    stop = self._train(signals)
+                except RuntimeError as error:  # a process died: one line, not a traceback
+                    raise peer_lost(error, self.context) from None
             result = self._finish(stop, signals)
         finally:
             lock.release()
