@@ -106,10 +106,10 @@ def ring_attention(
         )
     layout = local_layout(query.shape[2], causal=bool(causal), group=group)
     rank, world = layout.rank, layout.world_size
-    peers = (0, 0)
+    peers = (0, 0)  # global ranks of the next and the previous rank in the ring
     if world > 1:
-        peers = tuple(dist.get_global_rank(group or dist.group.WORLD, (rank + d) % world)
-                      for d in (1, -1))  # fmt: skip
+        ring_group = group or dist.group.WORLD
+        peers = tuple(dist.get_global_rank(ring_group, (rank + d) % world) for d in (1, -1))
     ring = _Ring(
         layout,
         group,

@@ -20,7 +20,7 @@ from ..errors import InputError
 from . import distributed
 from .distributed import DistributedContext
 
-__all__ = ["ContextParallelPlan", "plan_context_parallel"]
+__all__ = ["ContextParallelPlan", "plan_context_parallel", "check_context_parallel_model"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ def plan_context_parallel(size: int, context: DistributedContext) -> ContextPara
 
 
 def check_context_parallel_model(model: nn.Module, size: int) -> None:
+    """Refuse ``--context-parallel`` for a model that cannot spread a window over processes."""
     if size > 1 and not callable(getattr(model, "context_parallel", None)):
         raise InputError(
             f"--context-parallel {size}: {type(model).__name__} cannot spread a window over "
