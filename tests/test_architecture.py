@@ -1,11 +1,13 @@
 """The package's import arrows point one way (STYLE.md).  The picture below is the rule
 itself: the test parses it.
 
-    functional <- layers <- models <- data <- {training, decoding, evaluation, plotting,
-    pretrained} <- explore <- tasks <- cli
+    functional <- layers <- distributed <- models <- data <- {training, decoding,
+    evaluation, plotting, pretrained} <- explore <- tasks <- cli
 
 A package may import the packages to its left.  Among the task packages in braces none
 imports another; data comes before them all (training reads batches and tokenizers).
+``distributed`` is math on tensors over torch.distributed (ring attention, sequence
+sharding): it runs functional's kernels and sits below the models that call it.
 ``explore`` extracts every model's attention for the explorer page and ``qkv attention``.
 ``tasks`` builds whole jobs from every task package and ``pretrained``; ``cli`` parses and
 calls ``tasks``.  ``qkv.errors`` is plain Python under everything: any module may raise

@@ -85,3 +85,20 @@ def test_asking_for_cuda_without_a_gpu_is_a_clear_error():
     with pytest.raises(ValueError, match="no CUDA GPU"):
         resolve_device("cuda")
     assert resolve_device("auto") == torch.device("cpu")
+
+
+def test_a_lost_peer_is_one_line_and_other_errors_pass_through():
+    from qkv.training.distributed import DistributedContext, PeerLostError, peer_lost
+
+    context = DistributedContext(1, 2, 1, torch.device("cpu"))
+    gloo = RuntimeError(
+        "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+        "[127.0.0.1]:29099: Connection reset by peer. This is typically caused by ..."
+    )
+    error = peer_lost(gloo, context)
+    assert isinstance(error, PeerLostError)
+    assert str(error).startswith("rank 1: lost contact with another process of the run (Read")
+    assert "Connection reset by peer" in str(error) and "--resume" in str(error)
+    bug = RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+    assert peer_lost(bug, context) is bug
+    assert peer_lost(gloo, DistributedContext(0, 1, 0, torch.device("cpu"))) is gloo

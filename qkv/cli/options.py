@@ -151,6 +151,13 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
         help="auto picks a GPU when present",
     )
     group.add_argument(
+        "--context-parallel",
+        type=int,
+        default=_DEFAULTS.context_parallel,
+        help="processes sharing each training window through ring attention (train lm under "
+        "torchrun; the process count must be a multiple)",
+    )
+    group.add_argument(
         "--threads",
         type=int,
         help="CPU threads for torch (default: torch's choice). Use 1 when other work "
@@ -196,6 +203,7 @@ def train_config_from(args: argparse.Namespace, *, recipe: bool = False) -> Trai
         seed=args.seed,
         log_every=args.log_every,
         device=args.device,
+        context_parallel=args.context_parallel,
     )
     try:
         return TrainConfig(**values)

@@ -159,6 +159,13 @@ class TransformerLM(nn.Module):
             logits.flatten(0, 1).float(), ids[:, 1:].flatten(), ignore_index=ignore
         )
 
+    def context_parallel(self, group=None) -> nn.Module:
+        """This model with each training window spread over the ranks of ``group`` (ring
+        attention; see :class:`~qkv.models.lm_parallel.ContextParallelLM`)."""
+        from .lm_parallel import ContextParallelLM  # it builds on this module
+
+        return ContextParallelLM(self, group)
+
     # -- incremental decoding --------------------------------------------------------------
 
     def start(self, prefix: Tensor) -> LMState:

@@ -69,6 +69,9 @@ class TrainConfig:
     seed: seeds model initialisation (see ``seed_everything``), dropout and data order.
     log_every: log training loss, lr and throughput every this many steps.
     device: "auto" (cuda when available), "cpu" or "cuda".
+    context_parallel: processes that share each training window (ring attention, for a
+        model with ``context_parallel(group)``); the world size must be a multiple of it,
+        and world / context_parallel groups train on different batches (data parallel).
     """
 
     lr: float = 5e-4
@@ -93,6 +96,7 @@ class TrainConfig:
     seed: int = 0
     log_every: int = 100
     device: str = "auto"
+    context_parallel: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.betas, list):
@@ -133,6 +137,7 @@ class TrainConfig:
             _check_int("patience", self.patience, minimum=1)
         _check_int("seed", self.seed, minimum=0)
         _check_int("log_every", self.log_every, minimum=1)
+        _check_int("context_parallel", self.context_parallel, minimum=1)
         if self.device not in DEVICES:
             raise ValueError(f"device={self.device!r} is unknown; use one of {DEVICES}")
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
+
+from ..errors import RunError
 
 __all__ = [
     "DistributedContext",
@@ -27,6 +30,8 @@ __all__ = [
     "broadcast_object",
     "all_gather_object",
     "barrier",
+    "PeerLostError",
+    "peer_lost",
 ]
 
 #: Long enough for rank 0 to decode a validation set while the others wait for it.
@@ -141,3 +146,22 @@ def barrier(context: DistributedContext) -> None:
 
 def _collective_device(context: DistributedContext) -> torch.device | None:
     return context.device if context.device.type == "cuda" else None
+
+
+class PeerLostError(RunError):
+    """Another process of the run stopped answering: it died, or hung past the timeout."""
+
+
+def peer_lost(error: RuntimeError, context: DistributedContext) -> RuntimeError:
+    """The one-line :class:`PeerLostError` for a failed collective or point-to-point op of a
+    distributed run (torch raises gloo's and NCCL's transport failures, a closed connection
+    or a timeout, as RuntimeErrors from C++, ``[file.cc:line] what``), else ``error`` itself."""
+    text = str(error).strip()
+    from_backend = isinstance(error, dist.DistError) or re.match(r"\[[^\]]*(gloo|nccl)", text)
+    if not (context.is_distributed and from_backend):
+        return error
+    reason = re.sub(r"^\[[^\]]*\]\s*", "", text.splitlines()[0] if text else "").split(". ")[0]
+    return PeerLostError(
+        f"rank {context.rank}: lost contact with another process of the run ({reason}); it "
+        "died or hung.  Start the run again with --resume to continue from its last checkpoint"
+    )

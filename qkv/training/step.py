@@ -14,6 +14,7 @@ processes equal one process with all their batches.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 
 import torch
@@ -36,6 +37,8 @@ class TrainStep:
     model: the bare model (its parameters are clipped); wrapped: what runs forward (the
     model itself, or its DistributedDataParallel wrapper).  From ``config``: label_smoothing,
     clip_norm and bf16 (``autocast``: the forward's autocast context, also for validation).
+    shard: with context parallelism, cuts the targets to this rank's tokens as ``wrapped``
+    cuts the windows (its logits are of those tokens only).
     """
 
     def __init__(
@@ -46,8 +49,10 @@ class TrainStep:
         scheduler: LRScheduler,
         config: TrainConfig,
         context: DistributedContext,
+        *,
+        shard: Callable[[Tensor, int], Tensor] | None = None,
     ):
-        self.model, self.wrapped, self.context = model, wrapped, context
+        self.model, self.wrapped, self.context, self.shard = model, wrapped, context, shard
         self.optimizer, self.scheduler = optimizer, scheduler
         self.label_smoothing, self.clip_norm = config.label_smoothing, config.clip_norm
         self.autocast = torch.autocast(context.device.type, torch.bfloat16, enabled=config.bf16)
@@ -72,9 +77,12 @@ class TrainStep:
             with sync:
                 with self.autocast:
                     output = self.wrapped(batch.source, batch.target_input)
+                targets = batch.target_output
+                if self.shard is not None:
+                    targets = self.shard(targets, PAD_ID)
                 token_loss, _ = sequence_loss(
                     output.logits,
-                    batch.target_output,
+                    targets,
                     pad_id=PAD_ID,
                     label_smoothing=self.label_smoothing,
                 )

@@ -28,7 +28,8 @@ from ..errors import DataError, InputError
 from ..models.registry import model_type_of
 from .checkpoint import read_pointer
 from .config import TrainConfig
-from .distributed import setup_distributed, teardown_distributed
+from .context_parallel import check_context_parallel_model, plan_context_parallel
+from .distributed import peer_lost, setup_distributed, teardown_distributed
 from .lock import lock_run
 from .loop import agree_before_step, budget_spent, log_now, step_groups, validate_now
 from .progress import JsonLog, LossWindow, ProgressBar
@@ -123,7 +124,10 @@ class Trainer:
         try:
             self._prepare()
             with StopSignals() as signals:
-                stop = self._train(signals)
+                try:
+                    stop = self._train(signals)
+                except RuntimeError as error:  # a process died: one line, not a traceback
+                    raise peer_lost(error, self.context) from None
             return self._finish(stop, signals)
         finally:
             lock.release()
@@ -135,7 +139,9 @@ class Trainer:
         self.device = context.device
         self.model.to(self.device)
         self.fingerprint = data_fingerprint(self.train_data)
-        rank, world = context.rank, context.world_size
+        check_context_parallel_model(self.model, config.context_parallel)
+        self.parallel = plan_context_parallel(config.context_parallel, context)
+        rank, world = self.parallel.data_rank, self.parallel.data_world  # a group shares batches
         if self.train_batches is None:
             self.train_batches = default_batches(self.train_data, config, rank, world)
         if self.valid_data is not None and self.valid_batches is None:
@@ -153,13 +159,15 @@ class Trainer:
             fingerprint=self.fingerprint,
             context=context,
         )
-        self.wrapped: nn.Module = self.model
+        step_module = self.parallel.wrap(self.model)
+        self.wrapped: nn.Module = step_module
         if context.is_distributed:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
-            self.wrapped = DistributedDataParallel(self.model, device_ids=device_ids)
+            self.wrapped = DistributedDataParallel(step_module, device_ids=device_ids)
         self.train_step = TrainStep(
-            self.model, self.wrapped, self.optimizer, self.scheduler, config, context
-        )
+            self.model, self.wrapped, self.optimizer, self.scheduler, config, context,
+            shard=getattr(step_module, "shard", None),
+        )  # fmt: skip
         self.validation = None
         if self.valid_data is not None:
             self.validation = Validation(
@@ -202,8 +210,8 @@ class Trainer:
         batches = self.train_batches.batches(state.epoch)
         for group in step_groups(batches, position=state.position, accumulate=config.accumulate):
             micro_batches = [self.train_data.collate(indices) for indices in group]
-            agreed = agree_before_step(
-                sum(batch.num_target_tokens for batch in micro_batches),
+            agreed = agree_before_step(  # the P ranks of a context-parallel group share a window
+                sum(batch.num_target_tokens for batch in micro_batches) / self.parallel.size,
                 out_of_time=self._out_of_time(),
                 interrupted=signals.received is not None,
                 context=self.context,

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-__all__ = ["ChunkedAttentionFunction", "compute_dtype"]
+__all__ = ["ChunkedAttentionFunction", "compute_dtype", "tile_forward", "tile_backward"]
 
 LOG2E, LN2 = math.log2(math.e), math.log(2.0)
 
@@ -262,6 +262,57 @@ def _add_bias_grad(
         tile = tile.sum(broadcast, keepdim=True)
     index = tuple(slice(0, 1) if grad_bias.shape[d] == 1 else spans[d] for d in range(4))
     grad_bias[index] += tile
+
+
+def tile_forward(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    causal: bool,
+    scale: float,
+    block_size: int,
+) -> tuple[Tensor, Tensor]:
+    """The kernel's forward without autograd, for callers that merge partial results through
+    lse (ring attention).  Shapes and dtypes as :class:`ChunkedAttentionFunction` (all heads,
+    contiguous or not) -> output (B, H, Tq, Dv), lse (B, H, Tq)."""
+    query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
+    shape = (*query.shape[:3], key.shape[2])
+    return _forward(query, key, value, _Options(_Mask.of(mask, shape), causal, scale, block_size))
+
+
+def tile_backward(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    output: Tensor,
+    lse: Tensor,
+    grad_output: Tensor,
+    mask: Tensor | None,
+    causal: bool,
+    scale: float,
+    block_size: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Gradients of q, k, v for one block of keys, given the *whole* attention's ``output``
+    and ``lse`` (over every key, of which ``key`` is a part): the weights recomputed as
+    exp(s - lse) are then the true ones, so the parts of dK, dV over key blocks are exact
+    and dQ sums over them.  No gradient flows into lse.  Shapes as :func:`tile_forward`."""
+    query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
+    shape = (*query.shape[:3], key.shape[2])
+    options = _Options(_Mask.of(mask, shape), causal, scale, block_size)
+    grad_lse = lse.new_zeros(())
+    grad_q, grad_k, grad_v, _ = _backward(
+        query,
+        key,
+        value,
+        output.contiguous(),
+        lse,
+        grad_output.contiguous(),
+        grad_lse,
+        options,
+        None,
+    )
+    return grad_q, grad_k, grad_v
 
 
 class ChunkedAttentionFunction(torch.autograd.Function):

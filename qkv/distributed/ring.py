@@ -1,0 +1,311 @@
+"""Ring attention: one sequence's attention over the P ranks of a process group, exact.
+
+Each rank holds a slice of the queries, keys and values (:mod:`.layout`).  The key/value
+slices travel around the ring, rank r sending to r+1 and receiving from r-1, so that at
+step s rank r holds the keys of rank r-s; the next slice's transfer (``batch_isend_irecv``)
+is under way while the current one is computed.  Each step's partial result (o_s, lse_s)
+from the chunked kernel merges exactly into the running one:
+
+    lse = log(exp lse_a + exp lse_b),   o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b
+
+The backward recomputes per slice from the final (o, lse), as the chunked kernel does per
+tile: dQ stays home, the slice's dK, dV travel around the ring behind its keys and arrive
+back at their owner after P steps.  No rank holds a (T, T) tensor or the whole K/V.
+
+Work is cut at chunk granularity: a (query chunk, key chunk) pair is computed in full, on
+its causal diagonal, under the block mask's tile, or skipped when nothing in it may attend.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, NamedTuple
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from qkv.errors import InputError, QkvError
+from qkv.functional.backends.chunked import DEFAULT_BLOCK_SIZE
+from qkv.functional.backends.chunked_kernel import compute_dtype, tile_backward, tile_forward
+from qkv.functional.checks import check_tensors
+from qkv.functional.heads import repeat_kv
+
+from .layout import SequenceLayout, local_layout
+
+__all__ = ["ring_attention", "RingPeerError"]
+
+
+class RingPeerError(QkvError):
+    """A rank of the ring stopped answering (it died, or the process group timed out)."""
+
+
+class _Ring(NamedTuple):
+    """What forward and backward share besides tensors."""
+
+    layout: SequenceLayout
+    group: Any
+    next_peer: int  # global ranks, as the point-to-point ops want them
+    prev_peer: int
+    causal: bool
+    mask_mod: Any
+    scale: float
+    block_size: int
+
+
+def ring_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    causal: bool = False,
+    block_mask: Any = None,
+    score_mod: Any = None,
+    scale: float | None = None,
+    group: dist.ProcessGroup | None = None,
+) -> Tensor:
+    """This rank's rows of softmax(scale q k^T + mask) v over the whole sequence, whose
+    queries, keys and values lie in slices on the ranks of ``group`` (default: the world).
+
+    Shapes:
+        query (B, H, T/P, Dh); key (B, Hkv, T/P, Dh); value (B, Hkv, T/P, Dv), Hkv dividing H,
+        each this rank's part as :func:`~qkv.distributed.shard_sequence` cuts it (with the
+        same ``causal``) -> output (B, H, T/P, Dv), in the query's dtype.
+
+    Args:
+        causal: query i sees key j iff j <= i (global positions); the slices must be in the
+            zigzag layout (``shard_sequence(..., causal=True)``).  Ring steps whose chunks
+            are entirely in the future are skipped.
+        block_mask: an object with ``mask_mod(batch, head, q_idx, kv_idx) -> bool`` (True =
+            may attend), as FlexAttention's ``BlockMask`` has; it is called with broadcast
+            index tensors of *global* positions, (B,1,1,1), (1,H,1,1), (1,1,Tq,1), (1,1,1,Tk),
+            for each pair of chunks, and pairs it blocks entirely are skipped.
+        score_mod: not supported yet (raises InputError).
+        scale: the factor on q . k; default 1 / sqrt(Dh).
+
+    A query that may attend no key gets output 0 and zero gradients.  Every rank of the
+    group must call this with the same shapes and options.
+    """
+    if score_mod is not None:
+        raise InputError(
+            "ring_attention does not support score_mod yet; give the scores' changes as a "
+            "block_mask (boolean) or run attention on one process"
+        )
+    if block_mask is not None and not callable(getattr(block_mask, "mask_mod", None)):
+        raise InputError(
+            f"block_mask must have a mask_mod(batch, head, q_idx, kv_idx) method "
+            f"(as FlexAttention's BlockMask), got {type(block_mask).__name__}"
+        )
+    check_tensors(query, key, value)
+    if query.shape[2] != key.shape[2]:
+        raise InputError(
+            f"ring_attention is self-attention over one sequence: the query slice has "
+            f"{query.shape[2]} positions, the key slice {key.shape[2]}; give both the same part"
+        )
+    layout = local_layout(query.shape[2], causal=bool(causal), group=group)
+    rank, world = layout.rank, layout.world_size
+    peers = (0, 0)  # global ranks of the next and the previous rank in the ring
+    if world > 1:
+        ring_group = group or dist.group.WORLD
+        peers = tuple(dist.get_global_rank(ring_group, (rank + d) % world) for d in (1, -1))
+    ring = _Ring(
+        layout,
+        group,
+        *peers,
+        bool(causal),
+        None if block_mask is None else block_mask.mask_mod,
+        1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale),
+        DEFAULT_BLOCK_SIZE,
+    )
+    dtype = compute_dtype(query.dtype)
+    output = _RingAttention.apply(query.to(dtype), key.to(dtype), value.to(dtype), ring)
+    return output.to(query.dtype)
+
+
+class _RingAttention(torch.autograd.Function):
+    """(query, key, value, ring) -> output; the backward sends dK, dV around the ring."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, ring):
+        output, lse = _forward(query, key, value, ring)
+        ctx.save_for_backward(query, key, value, output, lse)
+        ctx.ring = ring
+        return output
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output):
+        query, key, value, output, lse = ctx.saved_tensors
+        grad_q, grad_k, grad_v = _backward(query, key, value, output, lse, grad_output, ctx.ring)
+        return grad_q, grad_k, grad_v, None
+
+
+# -- the two passes --------------------------------------------------------------------------
+
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, ring: _Ring) -> tuple[Tensor, Tensor]:
+    """Shapes: q (B, H, t, Dh), k (B, Hkv, t, Dh), v (B, Hkv, t, Dv) -> output (B, H, t, Dv),
+    lse (B, H, t), t = T / P."""
+    world, dk = ring.layout.world_size, k.shape[-1]
+    output = q.new_zeros(*q.shape[:3], v.shape[-1])
+    lse = q.new_full(q.shape[:3], float("-inf"))
+    kv = torch.cat([k, v], -1)  # one message per step: (B, Hkv, t, Dh + Dv)
+    for step in range(world):
+        pending = _Transfer(ring, step, [kv] if step < world - 1 else [])
+        for rows, cols, mask, diagonal in _pairs(ring, step, q):
+            keys, values = _heads(kv[:, :, cols, :dk], q), _heads(kv[:, :, cols, dk:], q)
+            part, part_lse = tile_forward(
+                q[:, :, rows], keys, values, mask, diagonal, ring.scale, ring.block_size
+            )
+            _merge(output[:, :, rows], lse[:, :, rows], part, part_lse)
+        received = pending.wait()
+        if received:
+            kv = received[0]
+    return output, lse
+
+
+def _backward(
+    q: Tensor, k: Tensor, v: Tensor, output: Tensor, lse: Tensor, grad_output: Tensor, ring: _Ring
+) -> tuple[Tensor, Tensor, Tensor]:
+    """dQ accumulates at home; the gradient of the keys held at step s, summed by the ranks
+    they visited so far, arrives from the previous rank while step s is computed, and leaves
+    for the next one during step s+1; after the last step it reaches its owner."""
+    world, dk = ring.layout.world_size, k.shape[-1]
+    grad_q = torch.zeros_like(q)
+    kv = torch.cat([k, v], -1)
+    grad_kv = None  # the gradient of the previous step's keys, summed over their visits
+    for step in range(world):
+        outgoing = [kv] if step < world - 1 else []
+        pending = _Transfer(ring, step, outgoing, [] if grad_kv is None else [grad_kv])
+        local = torch.zeros_like(kv)
+        for rows, cols, mask, diagonal in _pairs(ring, step, q):
+            keys, values = _heads(kv[:, :, cols, :dk], q), _heads(kv[:, :, cols, dk:], q)
+            part_q, part_k, part_v = tile_backward(
+                q[:, :, rows],
+                keys,
+                values,
+                output[:, :, rows],
+                lse[:, :, rows],
+                grad_output[:, :, rows],
+                mask,
+                diagonal,
+                ring.scale,
+                ring.block_size,
+            )
+            grad_q[:, :, rows] += part_q
+            local[:, :, cols, :dk] += _sum_heads(part_k, kv.shape[1])
+            local[:, :, cols, dk:] += _sum_heads(part_v, kv.shape[1])
+        received = pending.wait()
+        if outgoing:
+            kv = received.pop(0)
+        grad_kv = received[0].add_(local) if received else local  # in place: no third buffer
+    if world > 1:
+        grad_kv = _Transfer(ring, world, [], [grad_kv]).wait()[0]  # home: this rank's keys
+    return grad_q, grad_kv[..., :dk], grad_kv[..., dk:]
+
+
+def _merge(output: Tensor, lse: Tensor, part: Tensor, part_lse: Tensor) -> None:
+    """Fold a partial (part, part_lse) into the running (output, lse) views, in place.
+    Rows where both are -inf (no key yet) stay output 0, lse -inf."""
+    total = torch.logaddexp(lse, part_lse)
+    safe = total.masked_fill(total == float("-inf"), 0.0)
+    output.mul_((lse - safe).exp().unsqueeze(-1)).add_(part * (part_lse - safe).exp()[..., None])
+    lse.copy_(total)
+
+
+def _heads(kv_part: Tensor, query: Tensor) -> Tensor:
+    """Grouped-query attention: (B, Hkv, c, D) -> (B, H, c, D)."""
+    return repeat_kv(kv_part, query.shape[1] // kv_part.shape[1])
+
+
+def _sum_heads(grad: Tensor, kv_heads: int) -> Tensor:
+    """The gradient of repeat_kv: (B, H, c, D) -> (B, Hkv, c, D), summing each group."""
+    batch, heads, length, width = grad.shape
+    if heads == kv_heads:
+        return grad
+    return grad.view(batch, kv_heads, heads // kv_heads, length, width).sum(2)
+
+
+# -- which pairs of chunks meet at a step ----------------------------------------------------
+
+
+def _pairs(ring: _Ring, step: int, query: Tensor):
+    """(query rows, key cols, mask or None, causal diagonal) for each pair of a local query
+    chunk and a chunk of the keys held at ``step`` (those of rank r - step) that has any
+    allowed score; pairs entirely masked are skipped."""
+    layout = ring.layout
+    source = (layout.rank - step) % layout.world_size
+    size = layout.chunk_len
+    for qi, q_chunk in enumerate(layout.chunks):
+        rows = slice(qi * size, (qi + 1) * size)
+        for ki, k_chunk in enumerate(layout.chunks_of(source)):
+            if ring.causal and k_chunk > q_chunk:
+                continue  # entirely in the future
+            cols = slice(ki * size, (ki + 1) * size)
+            diagonal = ring.causal and k_chunk == q_chunk
+            mask = None
+            if ring.mask_mod is not None:
+                mask = _mask_tile(ring.mask_mod, query, q_chunk * size, k_chunk * size, size)
+                if diagonal:
+                    mask = (
+                        mask & torch.ones(size, size, dtype=torch.bool, device=mask.device).tril()
+                    )
+                    diagonal = False
+                if not bool(mask.any()):
+                    continue
+            yield rows, cols, mask, diagonal
+
+
+def _mask_tile(mask_mod, query: Tensor, q_start: int, k_start: int, size: int) -> Tensor:
+    """The block mask of one pair of chunks: (B or 1, H or 1, size, size) bool."""
+    (batch, heads), device = query.shape[:2], query.device
+    b = torch.arange(batch, device=device)[:, None, None, None]
+    h = torch.arange(heads, device=device)[None, :, None, None]
+    q_idx = torch.arange(q_start, q_start + size, device=device)[None, None, :, None]
+    kv_idx = torch.arange(k_start, k_start + size, device=device)[None, None, None, :]
+    tile = torch.as_tensor(mask_mod(b, h, q_idx, kv_idx))
+    if tile.dtype != torch.bool:
+        raise InputError(f"block_mask.mask_mod must return booleans, got {tile.dtype}")
+    return torch.broadcast_to(tile, torch.broadcast_shapes(tile.shape, (1, 1, size, size)))
+
+
+# -- the transport ---------------------------------------------------------------------------
+
+
+class _Transfer:
+    """Send ``tensors`` to the next rank and receive as many, shaped alike, from the
+    previous one, started now (``batch_isend_irecv``) and awaited by :meth:`wait`.  Each
+    list is a message slot with its own tag, so keys and gradients never cross."""
+
+    def __init__(self, ring: _Ring, step: int, *slots: list[Tensor]):
+        self.ring, self.step = ring, step
+        self.received: list[Tensor] = []
+        ops = []
+        for tag, slot in enumerate(slots):
+            for tensor in slot:
+                buffer = torch.empty_like(tensor)
+                ops.append(dist.P2POp(dist.isend, tensor, ring.next_peer, ring.group, tag))
+                ops.append(dist.P2POp(dist.irecv, buffer, ring.prev_peer, ring.group, tag))
+                self.received.append(buffer)
+        self.works = self._guard(lambda: dist.batch_isend_irecv(ops)) if ops else []
+
+    def wait(self) -> list[Tensor]:
+        for work in self.works:
+            self._guard(work.wait)
+        return self.received
+
+    def _guard(self, call):
+        try:
+            return call()
+        except RuntimeError as error:  # gloo/nccl: a closed connection or a timeout
+            ring = self.ring
+            lines = str(error).strip().splitlines() or ["no reason given"]
+            # gloo's "[file.cc:553] Connection closed by peer [addr]:port. This is ..." -> the cause
+            reason = re.sub(r"^\[[^\]]*\]\s*", "", lines[0]).split(". ")[0]
+            raise RingPeerError(
+                f"ring_attention on rank {ring.layout.rank}: ring step {self.step} got no "
+                f"answer from rank {ring.prev_peer} or {ring.next_peer} ({reason}); a rank "
+                "died or hung, so this one stops"
+            ) from None

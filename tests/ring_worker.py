@@ -1,0 +1,222 @@
+"""Bodies of the spawned processes of the ring attention tests (spawn needs importable functions).
+
+``compare_worker`` runs every case of ``CASES`` through ``ring_attention`` on its slices and
+writes, from rank 0, the largest differences of the gathered outputs and gradients from
+attention over the whole sequence in one process.  ``dying_worker`` has one rank die
+mid-step and records what the others raised.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from qkv.distributed import ring_attention, shard_sequence, unshard_sequence
+
+#: name -> (batch, heads, kv heads, length, head width, causal, block mask or None)
+CASES = {
+    "plain": (2, 4, 4, 16, 8, False, None),
+    "causal": (2, 4, 4, 16, 8, True, None),
+    "gqa": (1, 4, 2, 16, 8, False, None),
+    "gqa_causal": (1, 6, 2, 16, 8, True, None),
+    "masked_rows": (2, 2, 2, 16, 8, False, "masked_rows"),
+    "masked_rows_causal": (1, 2, 1, 16, 8, True, "masked_rows"),
+    "document": (1, 2, 2, 16, 8, True, "document"),
+}
+
+
+class FunctionMask:
+    """The smallest block_mask: a mask_mod over global positions."""
+
+    def __init__(self, mask_mod):
+        self.mask_mod = mask_mod
+
+
+def block_mask(name: str | None):
+    if name == "masked_rows":  # queries 3 and 10 may attend nothing; the rest skip key 5
+        return FunctionMask(lambda b, h, q, k: (q != 3) & (q != 10) & (k != 5))
+    if name == "document":  # documents of 6 tokens: no attention across their borders
+        return FunctionMask(lambda b, h, q, k: (q // 6) == (k // 6))
+    return None
+
+
+def reference(q, k, v, causal, mask):
+    """softmax(q k^T / sqrt(Dh) + mask) v over the whole sequence, rows with no key -> 0."""
+    repeats = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(repeats, 1), v.repeat_interleave(repeats, 1)
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    length = q.shape[2]
+    keep = torch.ones(length, length, dtype=torch.bool)
+    if causal:
+        keep = keep.tril()
+    if mask is not None:
+        idx = torch.arange(length)
+        keep = keep & mask.mask_mod(None, None, idx[:, None], idx[None, :])
+    scores = scores.masked_fill(~keep, float("-inf"))
+    weights = torch.softmax(scores, -1).nan_to_num(0.0)
+    return weights @ v
+
+
+def _join(rank: int, world: int, port: int, timeout_s: float = 60, backend: str = "gloo") -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(
+        backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s)
+    )
+
+
+def compare_worker(
+    rank: int, world: int, port: int, out: str, cases: list[str], backend: str = "gloo"
+) -> None:
+    _join(rank, world, port, backend=backend)
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    errors = {}
+    for dtype in (torch.float32, torch.float64):
+        for name in cases:
+            batch, heads, kv_heads, length, width, causal, mask_name = CASES[name]
+            mask = block_mask(mask_name)
+            generator = torch.Generator().manual_seed(list(CASES).index(name))
+            q, k, v, grad = (
+                torch.randn(batch, h, length * world // 2, width, generator=generator, dtype=dtype)
+                for h in (heads, kv_heads, kv_heads, heads)
+            )
+            parts = [
+                shard_sequence(t.to(device), 2, causal=causal).requires_grad_() for t in (q, k, v)
+            ]
+            output = ring_attention(*parts, causal=causal, block_mask=mask)
+            output.backward(shard_sequence(grad.to(device), 2, causal=causal))
+            gathered = [output.detach(), *(p.grad for p in parts)]
+            gathered = [unshard_sequence(t, 2, causal=causal).cpu() for t in gathered]
+            full = [t.clone().requires_grad_() for t in (q, k, v)]
+            expected = reference(*full, causal, mask)
+            expected.backward(grad)
+            wanted = [expected.detach(), *(t.grad for t in full)]
+            errors[f"{name}/{dtype}"] = [
+                float((got - want).abs().max()) for got, want in zip(gathered, wanted, strict=True)
+            ]
+            errors[f"{name}/{dtype}/zero_rows"] = float(wanted[0].abs().amax(-1).eq(0).sum())
+    if rank == 0:
+        Path(out).write_text(json.dumps(errors))
+    dist.destroy_process_group()
+
+
+def dying_worker(rank: int, world: int, port: int, out: str) -> None:
+    """Rank 1 dies before its second ring call; the others must raise, not hang."""
+    _join(rank, world, port, timeout_s=5)
+    q = torch.randn(1, 2, 64, 8)
+    ring_attention(q, q, q, causal=True)  # a first call that works
+    if rank == 1:
+        os._exit(1)
+    start = time.monotonic()
+    try:
+        ring_attention(q, q, q, causal=True).sum()
+        message = "no error"
+    except Exception as error:  # what the user would see
+        message = f"{type(error).__name__}: {error}"
+    Path(out, f"rank{rank}.txt").write_text(f"{time.monotonic() - start:.1f}\n{message}")
+    sys.stdout.flush()
+    os._exit(0)  # the group is broken: leave without the teardown barrier
+
+
+# -- training under context parallelism -------------------------------------------------------
+
+TEXT = "".join(
+    f"line {i}: the quick brown fox jumps over the lazy dog {i * 7 % 13}\n" for i in range(60)
+)
+
+
+def lm_training(out_dir: str, text_path: str, context_parallel: int, steps: int, **setup):
+    """One small LM trained ``steps`` steps with windows of 24 tokens (padded to a multiple of
+    2P where they are shorter), no dropout, every step checkpointed."""
+    from qkv.tasks.lm import LMSetup, train_lm
+    from qkv.training import TrainConfig
+
+    config = TrainConfig(
+        lr=1e-3,
+        warmup_steps=0,
+        max_steps=steps,
+        max_tokens=400,
+        validate_every=1,
+        log_every=1,
+        device="cpu",
+        label_smoothing=0.0,
+        context_parallel=context_parallel,
+    )
+    lm_setup = LMSetup(data=text_path, context=24, dropout=0.0, **setup)
+    return train_lm(lm_setup, config, out_dir, resume=(Path(out_dir) / "last.json").exists())
+
+
+def training_worker(
+    rank: int, world: int, port: int, out_dir: str, text_path: str, context_parallel: int,
+    steps: int, positions: str, die_after: int | None = None,
+) -> None:  # fmt: skip
+    """A torchrun-like process; with ``die_after`` rank 1 dies in its step after that many."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )  # fmt: skip
+    torch.set_num_threads(1)
+    if die_after is not None:
+        import qkv.training.distributed as distributed
+        from qkv.training.step import TrainStep
+
+        distributed.PROCESS_GROUP_TIMEOUT = datetime.timedelta(seconds=10)
+        original, calls = TrainStep.__call__, []
+
+        def dying_step(self, *args, **kwargs):
+            calls.append(1)
+            if rank == 1 and len(calls) > die_after:
+                os._exit(1)
+            return original(self, *args, **kwargs)
+
+        TrainStep.__call__ = dying_step
+    try:
+        lm_training(out_dir, text_path, context_parallel, steps, positions=positions)
+    except Exception as error:
+        Path(out_dir, f"error-{rank}.txt").write_text(f"{type(error).__name__}: {error}")
+        os._exit(3)
+
+
+def lm_gradient_worker(rank: int, world: int, port: int, out: str, positions: str) -> None:
+    """Summed token loss of a float64 LM over one window of 30 tokens (padded to a multiple
+    of 2P): its gradients summed over the ranks, against one process; rank 0 writes the
+    largest difference per parameter (and the loss's, which sequence_loss sums in float32)."""
+    from qkv.models import TransformerLM, TransformerLMConfig
+    from qkv.training.loss import sequence_loss
+
+    _join(rank, world, port)
+    config = TransformerLMConfig(
+        40, d_model=32, num_heads=4, num_kv_heads=2, num_layers=2, d_ff=64, max_len=32,
+        dropout=0.0, positions=positions,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    lm = TransformerLM(config).double()
+    ids = torch.randint(1, 40, (2, 31), generator=torch.Generator().manual_seed(1))
+    parallel = lm.context_parallel()
+    logits = parallel(ids[:, :0], ids[:, :-1]).logits
+    loss, _ = sequence_loss(logits, parallel.shard(ids[:, 1:]), pad_id=0)
+    loss.backward()
+    grads = {name: p.grad.clone() for name, p in lm.named_parameters()}
+    for grad in grads.values():
+        dist.all_reduce(grad)
+    total = loss.detach().clone()
+    dist.all_reduce(total)
+    lm.zero_grad()
+    expected, _ = sequence_loss(lm(ids[:, :-1]).logits, ids[:, 1:], pad_id=0)
+    expected.backward()
+    errors = {name: float((grads[name] - p.grad).abs().max()) for name, p in lm.named_parameters()}
+    errors["loss (relative; float32)"] = float(
+        (total - expected.detach()).abs() / expected.detach()
+    )
+    if rank == 0:
+        Path(out).write_text(json.dumps(errors))
+    dist.destroy_process_group()
