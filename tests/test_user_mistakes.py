@@ -80,8 +80,9 @@ def test_a_broken_karpathy_json_is_one_line(content, words, tmp_path, capsys):
         (["--train-size", "-5"], "train_size=-5"),
         (["--min-count", "100000"], "--min-count"),
         (["--resume"], "no checkpoint to resume from"),
+        (["--lambda", "-1"], "doubly_stochastic=-1.0"),
     ],
-    ids=["image size 0", "train size -5", "min count above all", "resume nothing"],
+    ids=["image size 0", "train size -5", "min count above all", "resume nothing", "lambda"],
 )
 def test_captioning_mistakes_are_one_line_and_touch_nothing(flags, words, tmp_path, capsys):
     out = tmp_path / "run"
@@ -119,10 +120,11 @@ def test_classify_count_below_one_is_refused(classifier, tmp_path, capsys):
     assert not (tmp_path / "x.png").exists()
 
 
-def test_a_classifier_with_image_size_0_is_refused_not_trained(tmp_path, capsys):
+@pytest.mark.parametrize("flag", ["--image-size", "--grid"])
+def test_a_classifier_with_a_size_of_0_is_refused_not_trained(flag, tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["train", "classifier", "--data", "shapes", "--out", str(out), "--image-size", "0"]
-    assert "image_size=0 must be a positive integer" in _error(argv, capsys)
+    argv = ["train", "classifier", "--data", "shapes", "--out", str(out), flag, "0"]
+    assert f"=0 must be a positive integer (set by {flag} 0)" in _error(argv, capsys)
     assert not out.exists()
 
 

@@ -93,13 +93,15 @@ class ClassifierSetup:
         size = self.image_size
         if size is None:
             size = 64 if self.data in ("shapes",) or self._is_folder() else 28
-        for name, value in (("image_size", size), ("feature_dim", self.feature_dim)):
+        given = (("image_size", size), ("feature_dim", self.feature_dim), ("grid", self.grid))
+        for name, value in given:
             if value is not None and (isinstance(value, bool) or value < 1):
                 raise InputError(f"{name}={value} must be a positive integer", fields=(name,))
         object.__setattr__(self, "task", task)
         object.__setattr__(self, "pool", pool)
         object.__setattr__(self, "image_size", size)
-        object.__setattr__(self, "grid", self.grid or (8 if size >= 64 else 7))
+        if self.grid is None:
+            object.__setattr__(self, "grid", 8 if size >= 64 else 7)
         # clips run the CNN on every frame: a narrower one keeps a step affordable on a CPU
         object.__setattr__(
             self, "feature_dim", self.feature_dim or (32 if self.data == CLIPS else 64)
