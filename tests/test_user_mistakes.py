@@ -135,3 +135,30 @@ def test_a_diverged_run_is_a_mistake_to_name_not_a_bug():
         window.checked_loss(context, step=7)
     assert exit_code_for(raised.value) == 2
     assert "became nan by step 7; lower lr or set clip_norm" in str(raised.value)
+
+
+def test_evaluate_scores_a_classifier_as_classify_does(classifier, capsys):
+    assert main(["evaluate", "--checkpoint", str(classifier), "--limit", "20", "--json"]) == 0
+    evaluated = json.loads(capsys.readouterr().out)
+    assert main(["classify", "--checkpoint", str(classifier), "--limit", "20", "--json"]) == 0
+    assert evaluated == json.loads(capsys.readouterr().out) and evaluated["count"] == 20
+
+
+def test_evaluate_gives_a_language_models_perplexity(tmp_path, capsys):
+    import math
+
+    from qkv.tasks.lm import context_loss, encode_text, load_lm
+
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"line {i} of a small text to model.\n" for i in range(60)))
+    out = tmp_path / "lm"
+    argv = ["train", "lm", "--data", str(text), "--out", str(out), "--context", "16"]
+    assert main([*argv, "--max-steps", "2", "--threads", "1", "--device", "cpu"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(out), "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    lm = load_lm(out)
+    valid = "".join(f"line {i} of a small text to model.\n" for i in range(57, 60))
+    expected = context_loss(lm.model, encode_text(lm.tokenizer, valid), context=16)
+    assert scores["loss"] == pytest.approx(expected)
+    assert scores["perplexity"] == pytest.approx(math.exp(expected))
