@@ -13,9 +13,9 @@ non-overlapping 65-character windows of the kjv validation text, the yardstick o
 (``--max-steps``), as nanoGPT's recipe does (2,000 iterations), and stops at whichever of its
 steps and minutes ends first.  Prints one table; ``--json`` writes the numbers.
 
-The preset's values live in ``qkv/tasks/lm.py`` (LM_SIZES: model, context, dropout) and
-``qkv/cli/lm_commands.py`` (LM_TRAIN_DEFAULTS: lr, warm-up, validation); docs/benchmarks.md
-says what was run.
+The preset's values live in ``qkv/tasks/presets.py`` (the ``("lm", size)`` records: model,
+context, dropout, and the trainer's lr, warm-up and validation); docs/benchmarks.md says what
+was run.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ BLEU on the first 300 valid sentences and the valid loss, at every ``--validate-
 updates; a run's score is its best validation (the checkpoint it keeps).  The test split is
 never read.  Prints one table per family and, with ``--json``, writes the numbers.
 
-The preset's values live in ``qkv/tasks/translation_models.py`` (model) and
-``qkv/training/recipes.py`` (optimisation); docs/results.md says what was tried and chosen.
+The preset's values (model, optimisation, vocabulary) live in ``qkv/tasks/presets.py``;
+docs/results.md says what was tried and chosen.
 """
 
 from __future__ import annotations

@@ -16,11 +16,19 @@ __all__ = [
     "MissingFileError",
     "CheckpointError",
     "RunError",
+    "DivergedError",
 ]
 
 
 class QkvError(ValueError):
-    """A problem with what qkv was given; the message names it and the fix."""
+    """A problem with what qkv was given; the message names it and the fix.
+
+    ``fields``: the config fields whose values are at fault (the CLI adds the flags that set
+    them, so the library never names a flag)."""
+
+    def __init__(self, message: str = "", *, fields: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.fields = tuple(fields)
 
 
 class InputError(QkvError):
@@ -41,3 +49,8 @@ class CheckpointError(QkvError):
 
 class RunError(QkvError):
     """The run folder cannot be used: held by another process, disk full, not writable."""
+
+
+class DivergedError(RunError, FloatingPointError):
+    """The training loss stopped being a finite number (too high a learning rate, no
+    gradient clipping); also a ``FloatingPointError``, what it was before it was a QkvError."""

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from qkv.cli.main import main
@@ -91,24 +92,42 @@ def test_scene_classes_label_one_object_scenes_by_colour_and_shape():
     items = scene_classes("valid", image_size=32, size=8)
     assert items.images.shape == (8, 3, 32, 32) and len(SCENE_CLASSES) == 18
     singles = [e for e in scene_dataset("valid", image_size=32, size=72) if len(e.objects) == 1]
-    for label, example in zip(items.labels.tolist(), singles):
+    assert len(singles) >= len(items) == 8  # the labels below are checked one by one
+    for label, example in zip(items.labels.tolist(), singles[: len(items)], strict=True):
         obj = example.objects[0]
         assert SCENE_CLASSES[label] == f"{obj.colour} {obj.shape}"
 
 
-def test_the_default_budget_follows_the_data(tmp_path):
-    from qkv.tasks.classifier import ClassifierSetup, default_budget
+@pytest.mark.parametrize("image_size, preset", [(16, "pictures"), (64, "large-pictures")])
+def test_a_run_trains_with_its_datas_preset_unless_told_otherwise(
+    image_size, preset, tmp_path, capsys
+):
+    from qkv.tasks.presets import PRESETS
+    from qkv.training.checkpoint import load_trainer_state
 
-    assert default_budget(ClassifierSetup(data="fashion-mnist")) == {"max_tokens": 512, "epochs": 2}
-    assert default_budget(ClassifierSetup(data="shapes")) == {"max_tokens": 64, "epochs": 5}
-    assert default_budget(ClassifierSetup(data="clips", task="per-frame"))["epochs"] == 1
-    assert default_budget(ClassifierSetup(data=str(tmp_path)))["max_tokens"] == 64
+    root = _folder(tmp_path / "pictures", per_class=6)
+    args = ["train", "classifier", "--data", str(root), "--image-size", str(image_size)]
+    args += ["--feature-dim", "8", "--max-steps", "1", "--valid-size", "2", "--threads", "1"]
+    assert main([*args, "--out", str(tmp_path / "run")]) == 0
+    saved = load_trainer_state(tmp_path / "run" / "checkpoints" / "step-000001")["train_config"]
+    expected = PRESETS[("classifier", preset)].train
+    assert {name: saved[name] for name in expected} == dict(expected)
+    assert main([*args, "--out", str(tmp_path / "given"), "--max-tokens", "3", "--lr", "0.01"]) == 0
+    given = load_trainer_state(tmp_path / "given" / "checkpoints" / "step-000001")["train_config"]
+    assert (given["max_tokens"], given["lr"], given["epochs"]) == (3, 0.01, expected["epochs"])
 
 
-def test_a_classifier_run_resumes_where_it_stopped(tmp_path, capsys):
+def test_a_resumed_classifier_run_ends_where_an_uninterrupted_one_does(tmp_path, capsys):
+    from qkv.tasks.classifier import load_classifier
+
     root = _folder(tmp_path / "pictures", per_class=12)
     args = ["train", "classifier", "--data", str(root), "--image-size", "16", "--epochs", "0"]
-    args += ["--out", str(tmp_path / "run"), "--feature-dim", "8", "--max-tokens", "4"]
-    assert main([*args, "--max-steps", "3"]) == 0
-    assert main([*args, "--max-steps", "5", "--resume"]) == 0
-    assert "done: 5 steps" in capsys.readouterr().out
+    args += ["--feature-dim", "8", "--max-tokens", "4", "--validate-every", "0"]
+    assert main([*args, "--out", str(tmp_path / "whole"), "--max-steps", "5"]) == 0
+    assert main([*args, "--out", str(tmp_path / "parts"), "--max-steps", "3"]) == 0
+    assert main([*args, "--out", str(tmp_path / "parts"), "--max-steps", "5", "--resume"]) == 0
+    step = "checkpoints/step-000005"
+    whole, _ = load_classifier(tmp_path / "whole" / step)
+    parts, _ = load_classifier(tmp_path / "parts" / step)
+    for name, tensor in whole.state_dict().items():
+        assert torch.equal(tensor, parts.state_dict()[name]), name

@@ -189,17 +189,21 @@ def test_a_batch_of_windows_is_the_windows_padded(length, context, picks):
 
 def test_lm_options_reach_the_train_config():
     from qkv.cli.main import build_parser
-    from qkv.cli.options import train_config_from
+    from qkv.cli.options import given_train_values
+    from qkv.tasks.presets import preset_for
+    from qkv.tasks.task import train_config
 
     parse = build_parser().parse_args
-    default = train_config_from(parse(["train", "lm", "--out", "x", "--max-steps", "5"]))
+
+    def config_of(argv):
+        return train_config(preset_for("lm", "small"), given_train_values(parse(argv)))
+
+    default = config_of(["train", "lm", "--out", "x", "--max-steps", "5"])
     assert default.eval_batches == 10 and default.weight_decay == 0.0
-    given = train_config_from(
-        parse(
-            ["train", "lm", "--out", "x", "--max-steps", "5", "--eval-batches", "0"]
-            + ["--weight-decay", "0.1", "--beta2", "0.99"]
-        )
+    given = config_of(
+        ["train", "lm", "--out", "x", "--max-steps", "5", "--eval-batches", "0"]
+        + ["--weight-decay", "0.1", "--beta2", "0.99"]
     )
     assert (given.eval_batches, given.weight_decay, given.betas) == (0, 0.1, (0.9, 0.99))
     with pytest.raises(InputError, match="weight_decay"):
-        train_config_from(parse(["train", "lm", "--out", "x", "--weight-decay", "2"]))
+        config_of(["train", "lm", "--out", "x", "--weight-decay", "2"])

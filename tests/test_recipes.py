@@ -10,17 +10,16 @@ import torch
 
 from qkv.cli.main import main
 from qkv.errors import InputError
+from qkv.tasks.presets import RECIPES, recipe_for
 from qkv.training import TrainConfig, load_checkpoint
 from qkv.training.checkpoint import load_trainer_state
 from qkv.training.recipes import (
-    RECIPES,
     WARMUP_FRACTION,
     Recipe,
     UserSchedule,
     choose_schedule,
     measure_steps_per_second,
     planned_steps,
-    recipe_for,
 )
 
 RECIPE = Recipe(lr=3e-3, warmup_steps=200, max_tokens=1024)

@@ -1,36 +1,66 @@
-"""Subcommands for captioning: `train captioning`, `caption`, and `evaluate` of a captioner.
+"""Subcommands for captioning: `train captioning` and `caption`.
 
-Hooks for ``qkv.cli.main``: :func:`add_train_parser` (under `qkv train`), :func:`register`
-(`qkv caption`) and :func:`evaluate_command` (what `qkv evaluate` runs for a captioner).
+Hooks for ``qkv.cli.main``: :func:`add_train_parser` (under `qkv train`) and :func:`register`
+(`qkv caption`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 from pathlib import Path
 
 from ..errors import CheckpointError, DataError, InputError
-from ..layers import available_scores
 from ..tasks.captioning import CaptioningSetup
-from ..tasks.captioning_recipe import CAPTIONING_TRAIN_DEFAULTS
-from .options import add_train_options, run_training
+from ..tasks.presets import preset_for
+from .options import (
+    add_setup_options,
+    add_train_options,
+    record_flags,
+    report_run,
+    setup_from,
+    train_from_args,
+)
 
-__all__ = ["add_train_parser", "register", "evaluate_command", "attention_paths"]
+__all__ = ["add_train_parser", "register", "attention_paths"]
 
 EXAMPLE = "\n\nexample:\n  "
 
-#: Defaults of `qkv train captioning`: the library's own.
-SETUP = CaptioningSetup()
-#: (option, CaptioningSetup field, what it sets) of the captioner's sizes
-WIDTHS = [
-    ("--grid", "grid", "regions per side"),
-    ("--feature-dim", "feature_dim", "region feature width"),
-    ("--embedding-dim", "embedding_dim", "word embedding width"),
-    ("--hidden-dim", "hidden_dim", "LSTM width"),
-    ("--attention-dim", "attention_dim", "additive score width"),
-    ("--dropout", "dropout", "dropout before the output layer"),
-]
+#: CaptioningSetup field -> help of its option, by group.
+SETUP_HELP = {
+    "data": {
+        "data": "'shapes' (the generated scenes) or a Karpathy JSON file",
+        "images": "folder of the JSON's pictures (default: the JSON's folder)",
+        "image_size": "images are resized to this side",
+        "min_count": "rarer words become <unk>",
+        "max_caption_len": "words per caption",
+        "train_size": "use only the first N training images",
+        "valid_size": "validation images for the loss and greedy BLEU-4",
+    },
+    "model": {
+        "score": "attention score (additive is the paper's)",
+        "attention": "the baseline: the decoder sees the mean region feature at every word",
+        "doubly_stochastic": "weight of the doubly stochastic regulariser (0 = off; default: 0 "
+        "on the scenes, where 0.1 halved the attention on the named object in 3 seeds of 3 "
+        "minutes; 0.1 on a Karpathy JSON; the paper's 1)",
+        "gate": "drop the gating scalar beta_t",
+        "encoder": "resnet-small (trained from scratch) or torchvision:<name>, e.g. "
+        "torchvision:resnet18",
+        "pretrained_encoder": "ImageNet weights for torchvision",
+        "encoder_from": "start the CNN from a classifier checkpoint (`qkv train classifier`): "
+        "its weights load exactly, and its encoder, --image-size, --feature-dim and --grid "
+        "replace the captioner's (giving other values than the classifier's is an error)",
+        "freeze_encoder": "do not train the CNN (with --encoder-from or --pretrained-encoder): "
+        "each training image's region features are computed once and cached in memory "
+        "(float32, up to 2 GiB, checked at the start), so a step costs the decoder's time only",
+        "grid": "regions per side",
+        "feature_dim": "region feature width",
+        "embedding_dim": "word embedding width",
+        "hidden_dim": "LSTM width",
+        "attention_dim": "additive score width",
+        "dropout": "dropout before the output layer",
+    },
+}
 
 
 def add_train_parser(tasks: argparse._SubParsersAction) -> None:
@@ -50,99 +80,14 @@ def add_train_parser(tasks: argparse._SubParsersAction) -> None:
         "--image-size 128 --out runs/flickr8k",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    data = captioning.add_argument_group("data")
-    data.add_argument(
-        "--data", default=SETUP.data, help=f"{SETUP.data!r} (default) or a Karpathy JSON file"
+    captioning.add_argument(
+        "--out", required=True, help="run folder (checkpoints, vocab, log.jsonl)"
     )
-    data.add_argument("--images", help="folder of the JSON's pictures (default: the JSON's folder)")
-    data.add_argument("--out", required=True, help="run folder (checkpoints, vocab, log.jsonl)")
-    data.add_argument(
-        "--image-size",
-        type=int,
-        default=SETUP.image_size,
-        help=f"images are resized to this side (default: {SETUP.image_size})",
+    add_setup_options(
+        captioning, CaptioningSetup, SETUP_HELP, flags={"doubly_stochastic": "--lambda"}
     )
-    data.add_argument(
-        "--min-count",
-        type=int,
-        default=SETUP.min_count,
-        help=f"rarer words become <unk> (default: {SETUP.min_count})",
-    )
-    data.add_argument(
-        "--max-caption-len",
-        type=int,
-        default=SETUP.max_caption_len,
-        help=f"words per caption (default: {SETUP.max_caption_len})",
-    )
-    data.add_argument("--train-size", type=int, help="use only the first N training images")
-    data.add_argument(
-        "--valid-size",
-        type=int,
-        default=SETUP.valid_size,
-        help=f"validation images for the loss and greedy BLEU-4 (default: {SETUP.valid_size})",
-    )
-    model = captioning.add_argument_group("model")
-    model.add_argument(
-        "--score",
-        default=SETUP.score,
-        choices=available_scores(),
-        help=f"attention score (default: {SETUP.score}; additive is the paper's)",
-    )
-    model.add_argument(
-        "--no-attention",
-        action="store_true",
-        help="the baseline: the decoder sees the mean region feature at every word",
-    )
-    model.add_argument(
-        "--lambda",
-        dest="doubly_stochastic",
-        type=float,
-        help="weight of the doubly stochastic regulariser (0 = off; default: 0 on the scenes, "
-        "where 0.1 halved the attention on the named object in 3 seeds of 3 minutes; 0.1 on "
-        "a Karpathy JSON; the paper's 1)",
-    )
-    model.add_argument("--no-gate", action="store_true", help="drop the gating scalar beta_t")
-    model.add_argument(
-        "--encoder",
-        default=SETUP.encoder,
-        help="resnet-small (trained from scratch) or torchvision:<name>, e.g. torchvision:resnet18",
-    )
-    model.add_argument(
-        "--pretrained-encoder", action="store_true", help="ImageNet weights for torchvision"
-    )
-    model.add_argument(
-        "--encoder-from",
-        metavar="DIR",
-        help="start the CNN from a classifier checkpoint (`qkv train classifier`): its "
-        "weights load exactly, and its encoder, --image-size, --feature-dim and --grid "
-        "replace the captioner's (giving other values than the classifier's is an error)",
-    )
-    model.add_argument(
-        "--freeze-encoder",
-        action="store_true",
-        help="do not train the CNN (with --encoder-from or --pretrained-encoder): each "
-        "training image's region features are computed once and cached in memory (float32, "
-        "up to 2 GiB, checked at the start), so a step costs the decoder's time only",
-    )
-    for flag, field, what in WIDTHS:
-        model.add_argument(
-            flag,
-            type=float if field == "dropout" else int,
-            default=getattr(SETUP, field),
-            help=f"{what} (default: {getattr(SETUP, field)})",
-        )
-    add_train_options(captioning)
+    add_train_options(captioning, {"captioning": preset_for("captioner", "default")})
     captioning.set_defaults(run=_train_captioning)
-    _change_defaults(captioning, CAPTIONING_TRAIN_DEFAULTS)
-
-
-def _change_defaults(parser: argparse.ArgumentParser, defaults: dict[str, object]) -> None:
-    """Set the defaults of options that ``add_train_options`` added, and say so in their
-    help (argparse has no public way to reach an added option's help text)."""
-    parser.set_defaults(**defaults)
-    for action in parser._actions:
-        if action.dest in defaults:
-            action.help = f"default for captioning: {defaults[action.dest]}"
 
 
 def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAction) -> None:
@@ -168,6 +113,7 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
     )
     caption.add_argument("--attention-out", help="PNG file for the attention strip(s)")
     caption.add_argument("--device", default="cpu", help="cpu or cuda")
+    record_flags(caption, "beam", attention_out="--attention-out")
     caption.set_defaults(run=_caption)
 
 
@@ -183,38 +129,17 @@ def attention_paths(path: str | Path, count: int) -> list[Path]:
 
 
 def _train_captioning(args: argparse.Namespace) -> int:
-    from ..tasks.captioning_recipe import train_captioning_with_recipe
+    from ..tasks.captioning import CAPTIONING
+    from ..tasks.captioning_transfer import ENCODER_FIELDS, fit_setup_to_classifier
+    from ..tasks.task import train_with_options
 
-    setup = CaptioningSetup(
-        data=args.data,
-        images=args.images,
-        image_size=args.image_size,
-        min_count=args.min_count,
-        max_caption_len=args.max_caption_len,
-        train_size=args.train_size,
-        valid_size=args.valid_size,
-        score=args.score,
-        attention=not args.no_attention,
-        gate=not args.no_gate,
-        doubly_stochastic=args.doubly_stochastic,
-        encoder=args.encoder,
-        pretrained_encoder=args.pretrained_encoder,
-        grid=args.grid,
-        feature_dim=args.feature_dim,
-        embedding_dim=args.embedding_dim,
-        hidden_dim=args.hidden_dim,
-        attention_dim=args.attention_dim,
-        dropout=args.dropout,
-        encoder_from=args.encoder_from,
-        freeze_encoder=args.freeze_encoder,
-    )
+    setup = setup_from(args, CaptioningSetup)
     if setup.encoder_from is not None:
-        from ..tasks.captioning_transfer import ENCODER_FIELDS, fit_setup_to_classifier
-
         setup = fit_setup_to_classifier(setup)
         taken = ", ".join(f"{name}={getattr(setup, name)}" for name in ENCODER_FIELDS)
         print(f"encoder from {setup.encoder_from}: {taken}")
-    return run_training(train_captioning_with_recipe, setup, args)
+    train = functools.partial(train_with_options, CAPTIONING)
+    return report_run(train_from_args(train, setup, args), args.out)
 
 
 def _caption(args: argparse.Namespace) -> int:
@@ -238,43 +163,4 @@ def _caption(args: argparse.Namespace) -> int:
     grid = captioner.model.config.grid
     for image, caption, path in zip(images, captions, paths, strict=False):
         print(f"attention: {plot_caption_attention(image, caption, path, grid=grid)}")
-    return 0
-
-
-def evaluate_command(args: argparse.Namespace) -> int:
-    """`qkv evaluate` for a captioner checkpoint: BLEU-1..4 against all references, exact
-    match, and attention grounding on the scenes.  Reads args.checkpoint, data, split,
-    beam, limit, device, json and (when the parser has it) images."""
-    from ..tasks import ImageCaptioner, caption_examples, evaluate_captioning, reading_errors
-
-    with reading_errors(CheckpointError):
-        captioner = ImageCaptioner.from_checkpoint(args.checkpoint, device=args.device)
-    if args.limit is not None and args.limit < 1:
-        raise InputError(f"--limit {args.limit} must be a positive number of images")
-    with reading_errors(DataError):
-        examples = caption_examples(
-            args.data,
-            args.split,
-            image_size=captioner.image_size,
-            images=getattr(args, "images", None),
-            size=args.limit,
-        )
-    scores, _ = evaluate_captioning(captioner, examples, beam=args.beam)
-    if args.json:
-        print(json.dumps(scores.as_dict()))
-        return 0
-    print(f"{args.data} {args.split} ({scores.num_images} images, beam {args.beam})")
-    print(
-        f"BLEU-1 {scores.bleu1:.2f}   BLEU-2 {scores.bleu2:.2f}   BLEU-3 {scores.bleu3:.2f}   BLEU-4 {scores.bleu4:.2f}   exact match {scores.exact_match:.1%}"
-    )
-    print(
-        "BLEU: corpus-level, against all references of each image; captions are lowercase "
-        "words joined by spaces, sacreBLEU tokenize='none'"
-    )
-    if scores.grounding is not None:
-        print(
-            f"grounding: {scores.grounding:.1%} of each object word's attention falls on its "
-            f"object; a uniform map gives {scores.grounding_uniform:.1%} "
-            f"({scores.grounded_words} words)"
-        )
     return 0

@@ -7,18 +7,40 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..errors import InputError
-from .options import add_train_options, train_config_from
+from ..tasks.classifier import ClassifierSetup
+from ..tasks.presets import PRESETS, sizes_of
+from .options import (
+    add_setup_options,
+    add_train_options,
+    record_flags,
+    report_run,
+    setup_from,
+    train_from_args,
+)
 
 __all__ = ["register", "add_train_parser", "add_classify_parser"]
 
-#: The trainer's defaults for classification (the other tasks keep their own).
-#: --max-tokens and --epochs default to None here: they follow the data (default_budget).
-TRAIN_DEFAULTS = dict(
-    lr=2e-3, warmup_steps=100, label_smoothing=0.0, validate_every=250, max_tokens=None, epochs=None
-)
-_BUDGET_HELP = "default for classification: by the data (fashion-mnist 512 / 2 epochs; 64-px "
-_BUDGET_HELP += "pictures 64 / 5 epochs; clips 512 frames / 1 epoch)"
+#: ClassifierSetup field -> help of its option, by group.
+SETUP_HELP = {
+    "data": {
+        "data": "fashion-mnist, shapes, clips, or a folder of class subfolders",
+        "task": "default: image for pictures, clip for --data clips",
+        "image_size": "default: 28 (fashion-mnist, clips), 64",
+        "train_size": "use only the first N training items",
+        "valid_size": "validation items",
+    },
+    "model": {
+        "pool": "clips: frames pooled by attention (default), mean or last (a GRU's final "
+        "state); pictures: regions pooled by mean (default) or attention",
+        "feature_attention": "SelfAttention2d over the CNN's last feature map (gate "
+        "initialised at 0)",
+        "feature_dim": "CNN width (default: 32 for clips, else 64)",
+        "grid": "regions per side (default: 8 for 64-pixel pictures, else 7)",
+        "tagger_layers": "per-frame: self-attention blocks",
+        "positions": "per-frame: no position encodings",
+        "dropout": "dropout",
+    },
+}
 
 
 def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAction) -> None:
@@ -45,108 +67,25 @@ def add_train_parser(tasks: argparse._SubParsersAction) -> None:
         "\n  qkv train classifier --data clips --task clip --pool attention --out runs/clips",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    data = parser.add_argument_group("data")
-    data.add_argument(
-        "--data",
-        default="fashion-mnist",
-        help="fashion-mnist (default), shapes, clips, or a folder of class subfolders",
-    )
-    data.add_argument("--out", required=True, help="run folder (checkpoints, log.jsonl)")
-    data.add_argument(
-        "--task",
-        choices=["image", "clip", "per-frame"],
-        help="default: image for pictures, clip for --data clips",
-    )
-    data.add_argument("--image-size", type=int, help="default: 28 (fashion-mnist, clips), 64")
-    data.add_argument("--train-size", type=int, help="use only the first N training items")
-    data.add_argument(
-        "--valid-size", type=int, default=1000, help="validation items (default: 1000)"
-    )
-    model = parser.add_argument_group("model")
-    model.add_argument(
-        "--pool",
-        choices=["attention", "mean", "last"],
-        help="clips: frames pooled by attention (default), mean or last (a GRU's final "
-        "state); pictures: regions pooled by mean (default) or attention",
-    )
-    model.add_argument(
-        "--feature-attention",
-        action="store_true",
-        help="SelfAttention2d over the CNN's last feature map (gate initialised at 0)",
-    )
-    model.add_argument("--feature-dim", type=int, help="CNN width (default: 32 for clips, else 64)")
-    model.add_argument(
-        "--tagger-layers", type=int, default=2, help="per-frame: self-attention blocks (default 2)"
-    )
-    model.add_argument(
-        "--no-positions", action="store_true", help="per-frame: no position encodings"
-    )
-    model.add_argument("--dropout", type=float, default=0.1, help="default: 0.1")
-    model.add_argument("--json", action="store_true", help="print the test scores as JSON")
-    add_train_options(parser)
-    parser.set_defaults(run=_train_classifier, **TRAIN_DEFAULTS)
-    for action in parser._actions:
-        if action.dest in TRAIN_DEFAULTS:
-            action.help = f"default for classification: {TRAIN_DEFAULTS[action.dest]}"
-            if TRAIN_DEFAULTS[action.dest] is None:
-                action.help = _BUDGET_HELP
+    parser.add_argument("--out", required=True, help="run folder (checkpoints, log.jsonl)")
+    parser.add_argument("--json", action="store_true", help="print the test scores as JSON")
+    add_setup_options(parser, ClassifierSetup, SETUP_HELP)
+    presets = {size: PRESETS[("classifier", size)] for size in sizes_of("classifier")}
+    add_train_options(parser, presets)
+    parser.set_defaults(run=_train_classifier)
 
 
 def _train_classifier(args: argparse.Namespace) -> int:
-    from ..tasks.classifier import (
-        ClassifierSetup,
-        classification_data,
-        default_budget,
-        evaluate_classifier,
-        load_classifier,
-        train_classifier,
-    )
+    from ..tasks.classifier import train_and_score_classifier
+    from ..tasks.evaluate import describe_classifier_scores
 
-    setup = ClassifierSetup(
-        data=args.data,
-        task=args.task,
-        pool=args.pool,
-        feature_attention=args.feature_attention,
-        image_size=args.image_size,
-        train_size=args.train_size,
-        valid_size=args.valid_size,
-        feature_dim=args.feature_dim,
-        tagger_layers=args.tagger_layers,
-        positions=not args.no_positions,
-        dropout=args.dropout,
-    )
-    for name, value in default_budget(setup).items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
-    result = train_classifier(setup, train_config_from(args), args.out, resume=args.resume)
-    print(
-        f"done: {result.steps} steps, {result.epochs} epochs, {result.elapsed:.0f} s, "
-        f"stopped by {result.stop_reason}"
-    )
-    best = result.best_checkpoint or result.last_checkpoint
-    model, _ = load_classifier(best)
-    scores = evaluate_classifier(model, classification_data(setup, "test"))
+    run = train_from_args(train_and_score_classifier, setup_from(args, ClassifierSetup), args)
     if args.json:
-        print(json.dumps({"checkpoint": str(best), **scores.as_dict()}))
+        print(json.dumps({"checkpoint": str(run.checkpoint), **run.scores.as_dict()}))
         return 0
-    parameters = sum(p.numel() for p in model.parameters())
-    print(f"checkpoint: {best} ({parameters:,} parameters)")
-    _print_scores(scores)
+    report_run(run.result, f"{run.checkpoint} ({run.parameters:,} parameters)")
+    print("\n".join(describe_classifier_scores(run.scores)))
     return 0
-
-
-def _print_scores(scores) -> None:
-    print(f"accuracy: {scores.accuracy:.2%} of {scores.count}")
-    if scores.occluded_accuracy is not None:
-        print(
-            f"occluded frames: {scores.occluded_accuracy:.2%}, clear frames: "
-            f"{scores.clear_accuracy:.2%}"
-        )
-    if scores.marked_weight is not None:
-        print(
-            f"attention on the marked frame: {scores.marked_weight:.1%} "
-            f"(uniform: {scores.uniform_weight:.1%})"
-        )
 
 
 def add_classify_parser(commands: argparse._SubParsersAction) -> None:
@@ -169,23 +108,25 @@ def add_classify_parser(commands: argparse._SubParsersAction) -> None:
     classify.add_argument("--count", type=int, default=4, help="items to draw (default: 4)")
     classify.add_argument("--json", action="store_true", help="print the scores as JSON")
     classify.add_argument("--device", default="cpu", help="cpu or cuda")
+    record_flags(classify, "limit", "count", attention_out="--attention-out")
     classify.set_defaults(run=_classify)
 
 
 def _classify(args: argparse.Namespace) -> int:
-    from ..tasks.classifier import classification_data, evaluate_classifier, load_classifier
-    from ..tasks.classifier_plots import plot_classifier_attention
+    from ..tasks.classifier_plots import classify_and_plot
+    from ..tasks.evaluate import describe_classifier_scores
 
-    if args.limit is not None and args.limit < 1:
-        raise InputError(f"--limit {args.limit} must be a positive number of items")
-    model, setup = load_classifier(args.checkpoint, device=args.device)
-    data = classification_data(setup, args.split, args.limit)
-    scores = evaluate_classifier(model, data)
-    if args.json:
-        print(json.dumps(scores.as_dict()))
-    else:
-        _print_scores(scores)
-    if args.attention_out:
-        for path in plot_classifier_attention(model, data, args.attention_out, count=args.count):
-            print(f"attention: {path}")
+    scores, paths = classify_and_plot(
+        args.checkpoint,
+        split=args.split,
+        limit=args.limit,
+        device=args.device,
+        attention_out=args.attention_out,
+        count=args.count,
+    )
+    print(
+        json.dumps(scores.as_dict()) if args.json else "\n".join(describe_classifier_scores(scores))
+    )
+    for path in paths:
+        print(f"attention: {path}")
     return 0

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
-from .options import add_train_options, train_config_from
+from ..tasks.lm import LMSetup
+from ..tasks.presets import PRESETS, sizes_of
+from .options import add_setup_options, add_train_options, report_run, setup_from, train_from_args
 
 EXAMPLE = "\n\nexample:\n  "
-#: Training defaults that suit a small language model (the shared ones suit translation).
-LM_TRAIN_DEFAULTS = dict(
-    lr=2e-3,
-    warmup_steps=100,
-    label_smoothing=0.0,
-    validate_every=250,
-    eval_batches=10,  # a fixed sample (nanoGPT: eval_iters); ~1.5% of a run at 250 steps
-    log_every=50,
-    max_tokens=None,
-)
+
+#: LMSetup field -> help of its option.
+SETUP_HELP = {
+    "data": "kjv or a UTF-8 text file",
+    "size": "; ".join(f"{size}: {PRESETS[('lm', size)].summary}" for size in sizes_of("lm")),
+    "context": "tokens per training window (default: the size's)",
+    "positions": "learned, sinusoidal, rope or alibi (the last three extend past --context)",
+    "tokenizer": "char or byte-level BPE",
+    "vocab_size": "byte-level BPE vocabulary",
+    "num_kv_heads": "grouped key/value heads (default: all)",
+    "window": "attend to the last W positions only (sliding window on the flex kernel)",
+    "dropout": "dropout, overriding the size's default",
+    "batch_size": "windows per batch; sets --max-tokens unless that is given",
+}
 
 
 def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAction) -> None:
@@ -28,48 +35,18 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
         help="train a decoder-only language model (GPT) on text",
         description="Train a decoder-only Transformer language model on the built-in King James "
         "Bible (kjv, ~4.5 MB of English) or any UTF-8 text file (its last 5% of lines are the "
-        "validation text). Language-model training defaults: --lr 0.002, --warmup-steps 100, "
-        "--label-smoothing 0, --validate-every 250, --eval-batches 10, --log-every 50. Checkpoints, the tokenizer and log.jsonl (with validation loss and "
+        "validation text). Checkpoints, the tokenizer and log.jsonl (with validation loss and "
         "perplexity) go to --out; --resume continues exactly; `qkv curves` plots the run."
         + EXAMPLE
         + "qkv train lm --data kjv --out runs/lm --size small --max-minutes 10 --threads 1"
         + "\n  qkv train lm --data my.txt --out runs/mine --tokenizer bytebpe --positions rope",
         formatter_class=raw,
     )
-    lm.add_argument("--data", default="kjv", help="kjv (default) or a UTF-8 text file")
     lm.add_argument("--out", required=True, help="run folder (checkpoints, tokenizer, log.jsonl)")
-    lm.add_argument(
-        "--size",
-        default="small",
-        choices=["small", "medium"],
-        help="small: 4 layers x 128 wide, context 128 (default); medium: 6 x 384, context 256",
-    )
-    lm.add_argument("--context", type=int, help="tokens per training window (default: the size's)")
-    lm.add_argument(
-        "--positions",
-        default="learned",
-        help="learned (default), sinusoidal, rope or alibi (the last three extend past --context)",
-    )
-    lm.add_argument(
-        "--tokenizer",
-        default="char",
-        choices=["char", "bytebpe"],
-        help="char (default) or byte-level BPE",
-    )
-    lm.add_argument(
-        "--vocab-size", type=int, default=4096, help="byte-level BPE vocabulary (default: 4096)"
-    )
-    lm.add_argument("--num-kv-heads", type=int, help="grouped key/value heads (default: all)")
-    lm.add_argument("--window", type=int, help="attend to the last W positions only (flex kernel)")
-    lm.add_argument("--dropout", type=float, help="dropout, overriding the size's default")
-    lm.add_argument(
-        "--batch-size",
-        type=int,
-        default=16,
-        help="windows per batch (default: 16); sets --max-tokens unless that is given",
-    )
-    add_train_options(lm)
-    lm.set_defaults(run=_train_lm, **LM_TRAIN_DEFAULTS)
+    add_setup_options(lm, LMSetup, {None: SETUP_HELP})
+    presets = {size: PRESETS[("lm", size)] for size in sizes_of("lm")}
+    add_train_options(lm, presets, notes={"max_tokens": "--batch-size windows of the context"})
+    lm.set_defaults(run=_train_lm)
 
     generate = commands.add_parser(
         "generate",
@@ -100,35 +77,18 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
 
 
 def _train_lm(args: argparse.Namespace) -> int:
-    from ..tasks.lm import LMSetup, train_lm
+    from ..tasks.lm import LM
+    from ..tasks.task import train_with_options
 
-    setup = LMSetup(
-        data=args.data,
-        size=args.size,
-        context=args.context,
-        positions=args.positions,
-        tokenizer=args.tokenizer,
-        vocab_size=args.vocab_size,
-        num_kv_heads=args.num_kv_heads,
-        dropout=args.dropout,
-        window=args.window,
-    )
-    if args.max_tokens is None:
-        args.max_tokens = args.batch_size * (setup.context_length + 1)
-    result = train_lm(setup, train_config_from(args), args.out, resume=args.resume)
+    train = functools.partial(train_with_options, LM)
+    result = train_from_args(train, setup_from(args, LMSetup), args)
+    # the last validation scored the whole text as well (``*_full``): report that one
     full = {k.removesuffix("_full"): v for k, v in result.valid.items() if k.endswith("_full")}
     valid = full or result.valid
-    summary = (
-        f", valid loss {valid['valid_loss']:.4f} (perplexity {valid['valid_ppl']:.2f})"
-        if "valid_loss" in valid
-        else ""
-    )
-    print(
-        f"done: {result.steps} steps, {result.epochs} epochs, {result.elapsed:.0f} s, "
-        f"stopped by {result.stop_reason}{summary}"
-    )
-    print(f"checkpoint: {args.out}")
-    return 0
+    summary = ""
+    if "valid_loss" in valid:
+        summary = f", valid loss {valid['valid_loss']:.4f} (perplexity {valid['valid_ppl']:.2f})"
+    return report_run(result, args.out, summary)
 
 
 def _generate(args: argparse.Namespace) -> int:

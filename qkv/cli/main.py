@@ -16,10 +16,12 @@ from . import (
     classifier_commands,
     curve_commands,
     demo_commands,
+    evaluate_commands,
     explore_commands,
     lm_commands,
     translation_commands,
 )
+from .options import flags_of
 
 __all__ = ["main", "build_parser", "exit_code_for"]
 
@@ -65,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_tasks.required = True
     demo_commands.register(commands)
     translation_commands.register(commands, train_tasks)
+    evaluate_commands.register(commands)
     captioning_commands.register(commands, train_tasks)
     curve_commands.register(commands)
     explore_commands.register(commands)
@@ -105,12 +108,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except Exception as error:  # noqa: BLE001 - every escape gets an exit status and a line
-        return _report(error, debug=debug)
+        return _report(error, debug=debug, args=args)
     except KeyboardInterrupt as error:
-        return _report(error, debug=debug)
+        return _report(error, debug=debug, args=args)
 
 
-def _report(error: BaseException, *, debug: bool) -> int:
+def _one_line_with_flags(error: BaseException, args: argparse.Namespace) -> str:
+    """The error's line, and the flags that set the config fields it names."""
+    line = _one_line(error)
+    flags = flags_of(args, getattr(error, "fields", ()))
+    return f"{line} (set by {', '.join(flags)})" if flags else line
+
+
+def _report(error: BaseException, *, debug: bool, args: argparse.Namespace) -> int:
     code = exit_code_for(error)
     if code == 1:
         print(BUG_LINE, file=sys.stderr)
@@ -121,7 +131,7 @@ def _report(error: BaseException, *, debug: bool) -> int:
     if isinstance(error, KeyboardInterrupt) and not str(error):
         print("qkv: interrupted", file=sys.stderr)
     elif code == 2:
-        print(f"qkv: error: {_one_line(error)}", file=sys.stderr)
+        print(f"qkv: error: {_one_line_with_flags(error, args)}", file=sys.stderr)
     else:
         print(f"qkv: {_one_line(error)}", file=sys.stderr)
     return code

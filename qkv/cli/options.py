@@ -1,161 +1,194 @@
-"""The trainer's options, shared by every `qkv train` task."""
+"""Options built from dataclasses: a task's Setup fields and the trainer's TrainConfig fields.
+
+Each option's name, type, choices and default come from the field (a field's
+``metadata["choices"]`` lists its values); the defaults of the trainer's options come from
+the family's presets (``qkv.tasks.presets``), so ``--help`` reads the same record the library
+trains with.  Only the help prose is the CLI's own.
+"""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import dataclasses
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
 
-import torch
-
-from ..errors import InputError
+from ..tasks.presets import Preset
+from ..tasks.task import RECIPE_FIELDS, use_threads
 from ..training import TrainConfig, TrainResult
 from ..training.config import SCHEDULES
-from ..training.recipes import RECIPES, WARMUP_FRACTION, UserSchedule
+from ..training.recipes import WARMUP_FRACTION
+
+__all__ = [
+    "add_setup_options",
+    "setup_from",
+    "add_train_options",
+    "given_train_values",
+    "record_flags",
+    "flags_of",
+    "train_from_args",
+    "report_run",
+]
 
 _DEFAULTS = TrainConfig()
 
+#: The trainer's options: TrainConfig field -> help (the default is added from the presets).
+TRAIN_HELP: dict[str, str] = {
+    "epochs": "epoch budget (0 = no epoch limit)",
+    "max_steps": "optimizer-step budget",
+    "max_minutes": "wall-clock budget; stops cleanly and keeps the best checkpoint",
+    "seed": "seed for initialisation, dropout and data order",
+    "lr": "peak learning rate",
+    "schedule": "learning-rate schedule after warm-up: inverse_sqrt (lr * sqrt(warm-up / "
+    "step)), cosine (down to min_lr at the last step) or plateau (constant, lowered when the "
+    "validation loss stops improving; see --plateau-factor, --plateau-patience)",
+    "min_lr": "the lowest learning rate of the cosine and plateau schedules, at most the peak "
+    "--lr (the plateau schedule stops lowering there)",
+    "plateau_factor": "--schedule plateau: multiply the lr by this, in (0, 1), at each plateau",
+    "plateau_patience": "--schedule plateau: validations without a lower validation loss "
+    "before the lr is lowered; give early stopping's --patience a larger value, or the lower "
+    "rates are never tried",
+    "warmup_steps": "linear warm-up steps",
+    "label_smoothing": "epsilon of label-smoothed cross-entropy, 0 = off",
+    "clip_norm": "gradient-norm clipping (0 = off)",
+    "weight_decay": "AdamW weight decay of the weight matrices",
+    "accumulate": "batches per optimizer step (gradient accumulation)",
+    "max_tokens": "tokens per batch, padding included",
+    "bf16": "bfloat16 autocast",
+    "validate_every": "steps between validations and checkpoints",
+    "eval_batches": "validate on this many validation batches, the same ones each time, and "
+    "on all of them at the end (0 = all every time)",
+    "patience": "early stopping: validations without improvement",
+    "log_every": "steps between log lines",
+    "device": "auto picks a GPU when present",
+    "context_parallel": "processes sharing each training window through ring attention "
+    "(train lm under torchrun; the process count must be a multiple)",
+}
+_FITTED = {
+    "warmup_steps": f", cut to {WARMUP_FRACTION * 100:.0f}%% of the planned steps when the "
+    "budget is short; for --max-minutes the steps/s are measured on a few batches first",
+}
 
-def _recipe_examples(field: str) -> str:
-    return ", ".join(
-        f"{family} {size}: {getattr(recipe, field):g}" for (family, size), recipe in RECIPES.items()
-    )
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
-def add_train_options(parser: argparse.ArgumentParser) -> None:
+def _value_type(hint: Any) -> type:
+    """int, float, str or bool of a field's annotation (``X | None`` -> X)."""
+    arguments = [a for a in typing.get_args(hint) if a is not type(None)]
+    return arguments[0] if arguments else hint
+
+
+def add_setup_options(
+    parser: argparse.ArgumentParser,
+    setup_type: type,
+    sections: Mapping[str | None, Mapping[str, str]],
+    *,
+    flags: Mapping[str, str] | None = None,
+) -> None:
+    """One option per field of ``setup_type`` named in ``sections`` (group title -> field ->
+    help; None: no group).  A bool field that defaults to True is turned off by ``--no-x``;
+    ``flags`` renames an option (field -> flag)."""
+    hints = typing.get_type_hints(setup_type)
+    fields = {field.name: field for field in dataclasses.fields(setup_type)}
+    for title, helps in sections.items():
+        target = parser if title is None else parser.add_argument_group(title)
+        for name, text in helps.items():
+            field, kind = fields[name], _value_type(hints[name])
+            flag = (flags or {}).get(name, _flag(name))
+            if kind is bool and field.default is True:
+                flag = "--no-" + flag[2:]
+            record_flags(parser, **{name: flag})
+            if kind is bool:
+                action = "store_false" if field.default is True else "store_true"
+                target.add_argument(flag, dest=name, action=action, help=text)
+                continue
+            if field.default is not None and "default" not in text:
+                text = f"{text} (default: {field.default})"
+            target.add_argument(
+                flag,
+                dest=name,
+                type=kind,
+                default=field.default,
+                choices=field.metadata.get("choices"),
+                help=text,
+            )
+
+
+def setup_from(args: argparse.Namespace, setup_type: type) -> Any:
+    """The setup the parsed options describe (fields without an option keep their default)."""
+    names = [field.name for field in dataclasses.fields(setup_type)]
+    return setup_type(**{name: getattr(args, name) for name in names if hasattr(args, name)})
+
+
+def _show(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _train_default(name: str, presets: Mapping[str, Preset]) -> str:
+    """What the family's presets make of a TrainConfig field, for ``--help``: the recipe's
+    value per size where a recipe chooses it, else the preset's or TrainConfig's."""
+    fallback = {label: p.train.get(name, getattr(_DEFAULTS, name)) for label, p in presets.items()}
+    fitted = {
+        label: getattr(p.recipe, name)
+        for label, p in presets.items()
+        if p.recipe is not None and name in RECIPE_FIELDS and name not in p.train
+    }
+    chosen = {label: value for label, value in fitted.items() if value is not None}
+    if chosen:
+        values = ", ".join(f"{label} {_show(value)}" for label, value in chosen.items())
+        if len(chosen) < len(presets):
+            values += f"; else {_show(next(iter(fallback.values())))}"
+        return f"the recipe of the size: {values}{_FITTED.get(name, '')}"
+    if len(set(map(str, fallback.values()))) == 1:
+        return _show(next(iter(fallback.values())))
+    return ", ".join(f"{label} {_show(value)}" for label, value in fallback.items())
+
+
+def add_train_options(
+    parser: argparse.ArgumentParser,
+    presets: Mapping[str, Preset],
+    *,
+    notes: Mapping[str, str] | None = None,
+) -> None:
+    """The trainer's options, one per TrainConfig field of :data:`TRAIN_HELP`, with the
+    defaults of the family's ``presets`` (label -> preset) in their help, or ``notes``'
+    (field -> what sets the default).  An option not given is absent from the parsed
+    arguments (:func:`given_train_values`), so the presets and the recipe choose it."""
+    hints = typing.get_type_hints(TrainConfig)
     group = parser.add_argument_group("training (budgets, optimiser, checkpoints)")
-    group.add_argument(
-        "--epochs",
-        type=int,
-        default=_DEFAULTS.epochs,
-        help=f"epoch budget (default: {_DEFAULTS.epochs}; 0 = no epoch limit)",
-    )
-    group.add_argument("--max-steps", type=int, help="optimizer-step budget")
-    group.add_argument(
-        "--max-minutes",
-        type=float,
-        help="wall-clock budget; stops cleanly and keeps the best checkpoint",
-    )
-    group.add_argument(
-        "--seed",
-        type=int,
-        default=_DEFAULTS.seed,
-        help=f"seed for initialisation, dropout and data order (default: {_DEFAULTS.seed})",
-    )
     group.add_argument(
         "--resume",
         action="store_true",
         help="continue an interrupted run in --out from its last checkpoint",
     )
-    group.add_argument(
-        "--lr",
-        type=float,
-        help="peak learning rate (default: the recipe of the model family and size, e.g. "
-        f"{_recipe_examples('lr')})",
-    )
-    group.add_argument(
-        "--schedule",
-        choices=list(SCHEDULES),
-        help="learning-rate schedule after warm-up: inverse_sqrt (lr * sqrt(warm-up / step)), "
-        "cosine (down to 0 at the last step) or plateau (constant, lowered when the "
-        "validation loss stops improving; see --plateau-factor, --plateau-patience) "
-        f"(default: {_DEFAULTS.schedule}; translation --size small-data: plateau)",
-    )
-    group.add_argument(
-        "--min-lr",
-        type=float,
-        help="the lowest learning rate of the cosine and plateau schedules, at most the peak "
-        f"--lr (default: {_DEFAULTS.min_lr:g}; the plateau schedule stops lowering there)",
-    )
-    group.add_argument(
-        "--plateau-factor",
-        type=float,
-        default=_DEFAULTS.plateau_factor,
-        help="--schedule plateau: multiply the lr by this, in (0, 1), at each plateau "
-        f"(default: {_DEFAULTS.plateau_factor})",
-    )
-    group.add_argument(
-        "--plateau-patience",
-        type=int,
-        default=_DEFAULTS.plateau_patience,
-        help="--schedule plateau: validations without a lower validation loss before the lr "
-        f"is lowered (default: {_DEFAULTS.plateau_patience}); give early stopping's "
-        "--patience a larger value, or the lower rates are never tried",
-    )
-    group.add_argument(
-        "--warmup-steps",
-        type=int,
-        help="linear warm-up steps (default: the recipe's, cut to "
-        f"{WARMUP_FRACTION * 100:.0f}%% of the planned steps when the budget is short; for "
-        "--max-minutes the steps/s are measured on a few batches first)",
-    )
-    group.add_argument(
-        "--label-smoothing",
-        type=float,
-        help="epsilon of label-smoothed cross-entropy, 0 = off (default: "
-        f"{_DEFAULTS.label_smoothing}, or the recipe's)",
-    )
-    group.add_argument(
-        "--clip-norm",
-        type=float,
-        default=_DEFAULTS.clip_norm,
-        help="gradient-norm clipping (0 = off)",
-    )
-    group.add_argument(
-        "--weight-decay",
-        type=float,
-        default=_DEFAULTS.weight_decay,
-        help=f"AdamW weight decay of the weight matrices (default: {_DEFAULTS.weight_decay:g})",
-    )
+    for name, text in TRAIN_HELP.items():
+        default = (notes or {}).get(name) or _train_default(name, presets)
+        kind = _value_type(hints[name])
+        record_flags(parser, **{name: _flag(name)})
+        if kind is bool:
+            group.add_argument(
+                _flag(name), action="store_true", default=argparse.SUPPRESS, help=text
+            )
+            continue
+        choices = {"schedule": list(SCHEDULES), "device": ["auto", "cpu", "cuda"]}.get(name)
+        group.add_argument(
+            _flag(name),
+            dest=name,
+            type=kind,
+            choices=choices,
+            default=argparse.SUPPRESS,
+            help=text if default == "None" else f"{text} (default: {default})",
+        )
+    # TrainConfig.betas is a pair; the option sets its second value, as nanoGPT's beta2
+    record_flags(parser, betas="--beta2", threads="--threads")
     group.add_argument(
         "--beta2",
         type=float,
-        default=_DEFAULTS.betas[1],
+        default=argparse.SUPPRESS,
         help=f"AdamW's beta2 (default: {_DEFAULTS.betas[1]:g})",
-    )
-    group.add_argument(
-        "--accumulate",
-        type=int,
-        default=_DEFAULTS.accumulate,
-        help="batches per optimizer step (gradient accumulation)",
-    )
-    group.add_argument(
-        "--max-tokens",
-        type=int,
-        help="tokens per batch, padding included (default: the recipe's, e.g. "
-        f"{_recipe_examples('max_tokens')})",
-    )
-    group.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
-    group.add_argument(
-        "--validate-every",
-        type=int,
-        default=_DEFAULTS.validate_every,
-        help="steps between validations and checkpoints",
-    )
-    group.add_argument(
-        "--eval-batches",
-        type=int,
-        default=_DEFAULTS.eval_batches,
-        help="validate on this many validation batches, the same ones each time, and on all "
-        "of them at the end (default: all every time; lm: 10)",
-    )
-    group.add_argument(
-        "--patience", type=int, help="early stopping: validations without improvement"
-    )
-    group.add_argument(
-        "--log-every", type=int, default=_DEFAULTS.log_every, help="steps between log lines"
-    )
-    group.add_argument(
-        "--device",
-        default=_DEFAULTS.device,
-        choices=["auto", "cpu", "cuda"],
-        help="auto picks a GPU when present",
-    )
-    group.add_argument(
-        "--context-parallel",
-        type=int,
-        default=_DEFAULTS.context_parallel,
-        help="processes sharing each training window through ring attention (train lm under "
-        "torchrun; the process count must be a multiple)",
     )
     group.add_argument(
         "--threads",
@@ -165,83 +198,52 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def train_config_from(args: argparse.Namespace, *, recipe: bool = False) -> TrainConfig:
-    """The TrainConfig the options describe; ``--threads`` is applied to torch here.
-
-    ``recipe``: the task chooses the learning rate later where ``--lr`` is not given (and
-    checks ``--min-lr`` against it then), so the default lr here only holds a place."""
-    if args.threads is not None:
-        if args.threads < 1:
-            raise InputError(f"--threads must be at least 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
-    min_lr = _DEFAULTS.min_lr if args.min_lr is None else args.min_lr
-    lr = _DEFAULTS.lr if args.lr is None else args.lr
-    if recipe and args.lr is None:
-        lr = max(lr, min_lr)
-    values = dict(
-        lr=lr,
-        min_lr=min_lr,
-        schedule=_DEFAULTS.schedule if args.schedule is None else args.schedule,
-        plateau_factor=args.plateau_factor,
-        plateau_patience=args.plateau_patience,
-        warmup_steps=_DEFAULTS.warmup_steps if args.warmup_steps is None else args.warmup_steps,
-        label_smoothing=(
-            _DEFAULTS.label_smoothing if args.label_smoothing is None else args.label_smoothing
-        ),
-        clip_norm=args.clip_norm,
-        weight_decay=args.weight_decay,
-        betas=(_DEFAULTS.betas[0], args.beta2),
-        accumulate=args.accumulate,
-        bf16=args.bf16,
-        max_tokens=_DEFAULTS.max_tokens if args.max_tokens is None else args.max_tokens,
-        epochs=args.epochs or None,
-        max_steps=args.max_steps,
-        max_minutes=args.max_minutes,
-        validate_every=args.validate_every,
-        eval_batches=args.eval_batches,
-        patience=args.patience,
-        seed=args.seed,
-        log_every=args.log_every,
-        device=args.device,
-        context_parallel=args.context_parallel,
-    )
-    try:
-        return TrainConfig(**values)
-    except ValueError as error:  # TrainConfig checks every value and names the bad one
-        if isinstance(error, InputError):
-            raise
-        raise InputError(f"training options: {error}") from error
+def given_train_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The TrainConfig fields the user gave (``--epochs 0``: no epoch limit)."""
+    given = {name: getattr(args, name) for name in TRAIN_HELP if hasattr(args, name)}
+    if "epochs" in given:
+        given["epochs"] = given["epochs"] or None
+    if hasattr(args, "beta2"):
+        given["betas"] = (_DEFAULTS.betas[0], args.beta2)
+    return given
 
 
-def user_schedule_from(args: argparse.Namespace) -> UserSchedule:
-    """The learning rate, warm-up, batch tokens, schedule and label smoothing the user gave
-    (None: the recipe's)."""
-    return UserSchedule(
-        lr=args.lr,
-        warmup_steps=args.warmup_steps,
-        max_tokens=args.max_tokens,
-        schedule=args.schedule,
-        label_smoothing=args.label_smoothing,
-    )
+def record_flags(parser: argparse.ArgumentParser, *fields: str, **renamed: str) -> None:
+    """Remember which flag sets each config field (``--field-name``, or ``renamed``'s), so that
+    an error naming a field can say the flag (:func:`flags_of`)."""
+    flags = dict(parser.get_default("flags") or {})
+    flags |= {name: _flag(name) for name in fields} | renamed
+    parser.set_defaults(flags=flags)
 
 
-def run_training(train: Callable[..., TrainResult], setup: object, args: argparse.Namespace) -> int:
-    """Call a task's training function with the options, and end with the two lines every
-    `qkv train` prints: what the run did, and where it is."""
-    result = train(
-        setup,
-        train_config_from(args, recipe=True),
-        args.out,
-        resume=args.resume,
-        schedule=user_schedule_from(args),
-        say=print,
-    )
-    best = ""
-    if result.best_metric:
+def flags_of(args: argparse.Namespace, fields: tuple[str, ...]) -> list[str]:
+    """The flags (with the values given) that set ``fields`` in the parsed command."""
+    flags = getattr(args, "flags", None) or {}
+    shown = []
+    for name in fields:
+        if name not in flags:
+            continue
+        value = getattr(args, name, None)
+        given = value is not None and not isinstance(value, bool)
+        shown.append(f"{flags[name]} {value}" if given else flags[name])
+    return shown
+
+
+def train_from_args(train: Callable[..., TrainResult], setup: Any, args: argparse.Namespace):
+    """Apply ``--threads``, then call a task's ``train(setup, out_dir, given=..., resume=...,
+    say=...)`` with the trainer values the user gave."""
+    use_threads(args.threads)
+    return train(setup, args.out, given=given_train_values(args), resume=args.resume, say=print)
+
+
+def report_run(result: TrainResult, checkpoint: str, summary: str = "") -> int:
+    """The two lines every `qkv train` prints: what the run did, and where it is."""
+    best = summary
+    if not best and result.best_metric:
         best = f", best {result.best_metric} {result.best_value:.4g} at step {result.best_step}"
     print(
         f"done: {result.steps} steps, {result.epochs} epochs, {result.elapsed:.0f} s, "
         f"stopped by {result.stop_reason}{best}"
     )
-    print(f"checkpoint: {args.out}")
+    print(f"checkpoint: {checkpoint}")
     return 0

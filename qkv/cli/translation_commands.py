@@ -1,42 +1,52 @@
-"""Subcommands for translation: train translation, translate, evaluate."""
+"""Subcommands for translation: train translation, translate."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import sys
 
-from ..data import SPLITS
-from ..errors import CheckpointError, InputError
-from ..layers import available_scores
-from ..tasks.translation import MODEL_BUILDERS, SIZES, TranslationSetup
-from ..tasks.translation_models import (
-    DEFAULT_VOCAB_SIZE,
-    SMALL_DATA_TRANSFORMER,
-    SMALL_DATA_VOCAB_SIZE,
-)
-from .options import add_train_options, run_training
-
-#: Defaults of `qkv train translation`: the library's own.
-SETUP = TranslationSetup()
+from ..errors import InputError
+from ..tasks.presets import PRESETS, SMALL_DATA_TRANSFORMER, sizes_of
+from ..tasks.translation import TranslationSetup
+from .options import add_setup_options, add_train_options, report_run, setup_from, train_from_args
 
 EXAMPLE = "\n\nexample:\n  "
 
-#: The Transformer's dropout sites besides --dropout (the RNNs have none of them).
 _SMALL = SMALL_DATA_TRANSFORMER
-DROPOUT_SITES = {
-    "--attention-dropout": "dropout on the attention weights (default: the size's: "
-    f"{_SMALL['attention_dropout']:g} for small-data, else --dropout)",
-    "--activation-dropout": "dropout on the feed-forward's hidden activations (default: the "
-    f"size's: {_SMALL['activation_dropout']:g} for small-data, else --dropout)",
-    "--word-dropout": "in training, the probability that a whole input token's embedding is "
-    f"zeroed (default: the size's: {_SMALL['word_dropout']:g} for small-data, else 0)",
+_SIZES = "; ".join(
+    f"{size}: {PRESETS[('transformer', size)].summary}" for size in sizes_of("transformer")
+)
+_VOCAB = ", ".join(
+    f"{size} {PRESETS[('transformer', size)].vocab_size}" for size in sizes_of("transformer")
+)
+
+#: TranslationSetup field -> help of its option.
+SETUP_HELP = {
+    "model": "model type",
+    "data": "corpus name or file(s)",
+    "valid": "validation file, when --data is a single file",
+    "size": f"model size ({_SIZES}; see docs/results.md)",
+    "dropout": "dropout, overriding the size's default",
+    "attention_dropout": "Transformer only: dropout on the attention weights (default: the "
+    f"size's: {_SMALL['attention_dropout']:g} for small-data, else --dropout)",
+    "activation_dropout": "Transformer only: dropout on the feed-forward's hidden activations "
+    f"(default: the size's: {_SMALL['activation_dropout']:g} for small-data, else --dropout)",
+    "word_dropout": "Transformer only: in training, the probability that a whole input "
+    f"token's embedding is zeroed (default: the size's: {_SMALL['word_dropout']:g} for "
+    "small-data, else 0)",
+    "score": "RNN attention score (additive is Bahdanau's)",
+    "tokenizer": "auto: char for dates, BPE otherwise",
+    "vocab_size": f"BPE vocabulary size (default: the size's: {_VOCAB})",
+    "max_len": "longest sentence in tokens; longer ones are truncated with a warning",
+    "max_words": "drop training pairs whose source has more words",
+    "valid_bleu_sentences": "validation sentences decoded (greedy) for BLEU",
 }
 
 
 def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAction) -> None:
     """Add `qkv train translation` (to ``tasks``, the subcommands of `qkv train`), `qkv
-    translate` and `qkv evaluate`."""
+    translate`."""
     raw = argparse.RawDescriptionHelpFormatter
 
     translation = tasks.add_parser(
@@ -52,59 +62,17 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
         formatter_class=raw,
     )
     translation.add_argument(
-        "--model",
-        default=SETUP.model,
-        choices=list(MODEL_BUILDERS),
-        help=f"model type (default: {SETUP.model})",
-    )
-    translation.add_argument(
-        "--data", default=SETUP.data, help=f"corpus name or file(s) (default: {SETUP.data})"
-    )
-    translation.add_argument("--valid", help="validation file, when --data is a single file")
-    translation.add_argument(
         "--out", required=True, help="run folder (checkpoints, tokenizer, log.jsonl)"
     )
-    translation.add_argument(
-        "--size",
-        default=SETUP.size,
-        choices=list(SIZES),
-        help=f"model size (default: {SETUP.size}; small: CPU-sized; medium: for corpora of ~10-100k "
-        "sentence pairs, with dropout 0.3; small-data: low-resource recipes chosen on "
-        f"ding-de-en's valid split ({SMALL_DATA_VOCAB_SIZE} BPE tokens, the plateau schedule, "
-        "label smoothing 0.1; see docs/results.md); base: the paper's Transformer)",
+    add_setup_options(translation, TranslationSetup, {None: SETUP_HELP})
+    add_train_options(
+        translation,
+        {
+            f"{family} {size}": PRESETS[(family, size)]
+            for family in ("transformer", "rnn")
+            for size in sizes_of(family)
+        },
     )
-    translation.add_argument("--dropout", type=float, help="dropout, overriding the size's default")
-    for flag, what in DROPOUT_SITES.items():
-        translation.add_argument(flag, type=float, help=f"Transformer only: {what}")
-    translation.add_argument(
-        "--score",
-        default=SETUP.score,
-        choices=available_scores(),
-        help=f"RNN attention score (default: {SETUP.score}; additive is Bahdanau's)",
-    )
-    translation.add_argument(
-        "--tokenizer",
-        default=SETUP.tokenizer,
-        choices=["auto", "char", "bpe"],
-        help="auto (default): char for dates, BPE otherwise",
-    )
-    translation.add_argument(
-        "--vocab-size",
-        type=int,
-        help=f"BPE vocabulary size (default: {DEFAULT_VOCAB_SIZE}; {SMALL_DATA_VOCAB_SIZE} with "
-        "--size small-data)",
-    )
-    translation.add_argument(
-        "--max-len",
-        type=int,
-        default=SETUP.max_len,
-        help=f"longest sentence in tokens (default: {SETUP.max_len}); longer ones are "
-        "truncated with a warning",
-    )
-    translation.add_argument(
-        "--max-words", type=int, help="drop training pairs whose source has more words"
-    )
-    add_train_options(translation)
     translation.set_defaults(run=_train_translation)
 
     translate = commands.add_parser(
@@ -131,50 +99,13 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
     )
     translate.set_defaults(run=_translate)
 
-    evaluate = commands.add_parser(
-        "evaluate",
-        help="score a checkpoint on a corpus split (BLEU, chrF, exact match)",
-        description="Translate a split and score it with sacreBLEU (BLEU, chrF, with their signatures) and exact match."
-        + EXAMPLE
-        + "qkv evaluate --checkpoint qkv-demo --data dates --split test --json",
-        formatter_class=raw,
-    )
-    evaluate.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
-    evaluate.add_argument("--data", required=True, help="corpus name or file(s)")
-    evaluate.add_argument("--split", default="test", choices=list(SPLITS), help="default: test")
-    evaluate.add_argument("--beam", type=int, default=4, help="beam size (default: 4)")
-    evaluate.add_argument("--limit", type=int, help="score only the first N sentences")
-    evaluate.add_argument("--device", default="cpu", help="cpu or cuda")
-    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
-    evaluate.add_argument(
-        "--by-length",
-        action="store_true",
-        help="also BLEU per source length in words (0-10, 11-20, 21-30, 31-40, 41+); "
-        "the JSON gains 'by_length'",
-    )
-    evaluate.add_argument("--images", help="captioners on a Karpathy JSON: the image folder")
-    evaluate.set_defaults(run=_evaluate)
-
 
 def _train_translation(args: argparse.Namespace) -> int:
-    from ..tasks import TranslationSetup, train_translation
+    from ..tasks.task import train_with_options
+    from ..tasks.translation import TRANSLATION
 
-    setup = TranslationSetup(
-        data=args.data,
-        valid=args.valid,
-        model=args.model,
-        size=args.size,
-        dropout=args.dropout,
-        attention_dropout=args.attention_dropout,
-        activation_dropout=args.activation_dropout,
-        word_dropout=args.word_dropout,
-        score=args.score,
-        tokenizer=args.tokenizer,
-        vocab_size=args.vocab_size,
-        max_len=args.max_len,
-        max_words=args.max_words,
-    )
-    return run_training(train_translation, setup, args)
+    train = functools.partial(train_with_options, TRANSLATION)
+    return report_run(train_from_args(train, setup_from(args, TranslationSetup), args), args.out)
 
 
 def _translate(args: argparse.Namespace) -> int:
@@ -188,39 +119,4 @@ def _translate(args: argparse.Namespace) -> int:
         sentences, beam=args.beam, length_penalty=args.length_penalty
     ):
         print(translation.text)
-    return 0
-
-
-def _evaluate(args: argparse.Namespace) -> int:
-    from ..tasks import reading_errors
-    from ..training import checkpoint_model_type
-
-    with reading_errors(CheckpointError):
-        model_type = checkpoint_model_type(args.checkpoint)
-    if model_type == "captioner":
-        from .captioning_commands import evaluate_command
-
-        return evaluate_command(args)
-    from ..tasks import Translator, score_translator
-
-    translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
-    report = score_translator(
-        translator,
-        args.data,
-        split=args.split,
-        beam=args.beam,
-        limit=args.limit,
-        by_length=args.by_length,
-    )
-    if args.json:
-        print(json.dumps(report.as_dict()))
-        return 0
-    scores = report.scores
-    print(f"{args.data} {args.split} ({scores.num_sentences} sentences, beam {args.beam})")
-    print(f"BLEU {scores.bleu:.2f}   chrF {scores.chrf:.2f}   exact match {scores.exact_match:.1%}")
-    for name, signature in scores.signature.items():
-        print(f"{name} signature: {signature}")
-    for bucket in report.by_length or []:
-        bleu = "     -" if bucket.count == 0 else f"{bucket.bleu:6.2f}"  # no sentence, no score
-        print(f"  source {bucket.label:>6} words: BLEU {bleu}  ({bucket.count} sentences)")
     return 0

@@ -29,6 +29,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from torch import Tensor
 
 from qkv.data.captions import CaptionExample
+from qkv.errors import DataError, InputError, MissingFileError
 
 __all__ = ["KARPATHY_SPLITS", "load_image", "read_karpathy", "tokenize_caption"]
 
@@ -46,17 +47,17 @@ def load_image(path: str | Path, image_size: int) -> Tensor:
     """Read one picture file into the captioning format.
 
     Shapes: -> (3, image_size, image_size) float in [0, 1].
-    Raises FileNotFoundError for a missing file, ValueError naming a file that is not an image.
+    Raises MissingFileError for a missing file, DataError naming a file that is not an image.
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"image file not found: {path}")
+        raise MissingFileError(f"image file not found: {path}")
     try:
         with Image.open(path) as opened:
             image = ImageOps.exif_transpose(opened)
             image.load()
     except (UnidentifiedImageError, OSError, SyntaxError) as error:
-        raise ValueError(f"cannot read {path} as an image: {error}") from None
+        raise DataError(f"cannot read {path} as an image: {error}") from None
     if image.mode == "P" and "transparency" in image.info:
         image = image.convert("RGBA")
     if image.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
@@ -74,7 +75,7 @@ def load_image(path: str | Path, image_size: int) -> Tensor:
 
 def _field(record: dict, name: str, where: str, json_path: Path):
     if not isinstance(record, dict) or name not in record:
-        raise ValueError(f"{json_path}: {where} has no field {name!r}")
+        raise DataError(f"{json_path}: {where} has no field {name!r}")
     return record[name]
 
 
@@ -84,30 +85,35 @@ def read_karpathy(
     """The ``split`` ("train" incl. restval, "val" / "valid", or "test") of a Karpathy JSON,
     each image loaded lazily (on ``example.image``) as (3, image_size, image_size) in [0, 1].
 
-    Raises FileNotFoundError naming a missing JSON or image file, and ValueError for
+    Raises MissingFileError naming a missing JSON or image file, and DataError for
     invalid JSON, a missing field (named, with the image's index), or an empty split.
     """
     if split not in _SPLIT_OF or split == "restval":
-        raise ValueError(f"split={split!r} must be one of {KARPATHY_SPLITS} (or 'valid')")
+        raise InputError(
+            f"split={split!r} must be one of {KARPATHY_SPLITS} (or 'valid')", fields=("split",)
+        )
     if image_size < 1:
-        raise ValueError(f"image_size={image_size} must be a positive number of pixels")
+        raise InputError(
+            f"image_size={image_size} must be a positive number of pixels",
+            fields=("image_size",),
+        )
     json_path, images_dir = Path(json_path), Path(images_dir)
     if not json_path.is_file():
-        raise FileNotFoundError(f"Karpathy caption file not found: {json_path}")
+        raise MissingFileError(f"Karpathy caption file not found: {json_path}")
     try:
         data = json.loads(json_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{json_path} is not valid JSON: {error}") from None
+        raise DataError(f"{json_path} is not valid JSON: {error}") from None
     images = _field(data, "images", "the top level", json_path)
     if not isinstance(images, list):
-        raise ValueError(f"{json_path}: 'images' must be a list, got {type(images).__name__}")
+        raise DataError(f"{json_path}: 'images' must be a list, got {type(images).__name__}")
 
     wanted, present, examples = _SPLIT_OF[split], set(), []
     for number, record in enumerate(images):
         where = f"images[{number}]"
         image_split = _field(record, "split", where, json_path)
         if image_split not in _SPLIT_OF:
-            raise ValueError(
+            raise DataError(
                 f"{json_path}: {where} has split {image_split!r}, not one of "
                 "train / val / test / restval"
             )
@@ -117,7 +123,7 @@ def read_karpathy(
         filename = _field(record, "filename", where, json_path)
         sentences = _field(record, "sentences", where, json_path)
         if not isinstance(sentences, list):
-            raise ValueError(f"{json_path}: {where}.sentences must be a list of sentences")
+            raise DataError(f"{json_path}: {where}.sentences must be a list of sentences")
         captions, raw = [], []
         for index, sentence in enumerate(sentences):
             if isinstance(sentence, dict) and "tokens" in sentence:
@@ -130,10 +136,10 @@ def read_karpathy(
             captions.append(tokens)
             raw.append(sentence.get("raw", " ".join(tokens)))
         if not captions:
-            raise ValueError(f"{json_path}: {where} ({filename}) has no sentences")
+            raise DataError(f"{json_path}: {where} ({filename}) has no sentences")
         path = images_dir / record.get("filepath", "") / filename
         if not path.is_file():
-            raise FileNotFoundError(f"image file not found: {path} (from {where} of {json_path})")
+            raise MissingFileError(f"image file not found: {path} (from {where} of {json_path})")
         examples.append(
             CaptionExample(
                 image_id=str(Path(record.get("filepath", "")) / filename),
@@ -143,7 +149,7 @@ def read_karpathy(
             )
         )
     if not examples:
-        raise ValueError(
+        raise DataError(
             f"{json_path} has no images in split {split!r}; splits present: "
             f"{sorted(present) or 'none'}"
         )

@@ -7,6 +7,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
+from qkv.errors import InputError
 from qkv.layers.scores import available_scores
 
 from .checks import check_dropout, check_positive_ints
@@ -94,13 +95,13 @@ class CaptionerConfig:
             ),
         )
         if self.grid > self.image_size:
-            raise ValueError(
+            raise InputError(
                 f"grid={self.grid} regions per side cannot exceed image_size={self.image_size} "
                 "pixels; use a smaller grid or larger images"
             )
         self._check_encoder()
         if self.score not in available_scores():
-            raise ValueError(
+            raise InputError(
                 f"score={self.score!r} is not a known score; choose from {available_scores()} "
                 "(or register_score() a new one)"
             )
@@ -108,7 +109,7 @@ class CaptionerConfig:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}={getattr(self, name)!r} must be a bool")
         if not self.doubly_stochastic >= 0.0:
-            raise ValueError(
+            raise InputError(
                 f"doubly_stochastic={self.doubly_stochastic} is the weight lambda of the "
                 "regulariser; it must be >= 0 (0 disables it)"
             )
@@ -116,27 +117,27 @@ class CaptionerConfig:
         for name in ("pad_id", "eos_id"):
             value = getattr(self, name)
             if not isinstance(value, int) or not 0 <= value < self.vocab_size:
-                raise ValueError(
+                raise InputError(
                     f"{name}={value!r} must be a token id below vocab_size={self.vocab_size}"
                 )
         if self.pad_id == self.eos_id:
-            raise ValueError(f"pad_id and eos_id must differ, both are {self.pad_id}")
+            raise InputError(f"pad_id and eos_id must differ, both are {self.pad_id}")
 
     def _check_encoder(self) -> None:
         if self.encoder == SMALL_RESNET:
             if self.pretrained_encoder:
-                raise ValueError(
+                raise InputError(
                     f"pretrained_encoder=True needs a torchvision encoder; {SMALL_RESNET!r} "
                     "trains from scratch (set pretrained_encoder=False)"
                 )
             return
         if not self.encoder.startswith(TORCHVISION_PREFIX) or self.encoder == TORCHVISION_PREFIX:
-            raise ValueError(
+            raise InputError(
                 f"encoder={self.encoder!r} is unknown; use {SMALL_RESNET!r} or "
                 f"'{TORCHVISION_PREFIX}<name>' such as 'torchvision:resnet18'"
             )
         if not torchvision_available():
-            raise ValueError(
+            raise InputError(
                 f"encoder={self.encoder!r} needs the optional torchvision package, which is "
                 f"not installed; install a torchvision matching your torch, or use "
                 f"encoder={SMALL_RESNET!r} (no extra dependency)"

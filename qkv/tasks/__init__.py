@@ -4,8 +4,11 @@ from .captioner_eval import CaptionScores, evaluate_captioning
 from .captioning import CaptioningSetup, caption_examples, train_captioning
 from .captioning_demo import demo_captioning
 from .demo import run_demo
+from .evaluate import Evaluation, EvaluationRequest, evaluate_checkpoint
 from .image_captioner import Caption, ImageCaptioner, plot_caption_attention
 from .plots import plot_translation_attention
+from .presets import PRESETS, Preset, preset_for, recipe_for
+from .task import TaskData, TaskSpec, train_task, train_with_options, use_threads
 from .translation import (
     MODEL_BUILDERS,
     TranslationSetup,
@@ -22,6 +25,18 @@ from .translator import (
 )
 
 __all__ = [
+    "Preset",
+    "PRESETS",
+    "preset_for",
+    "recipe_for",
+    "TaskSpec",
+    "TaskData",
+    "train_task",
+    "train_with_options",
+    "use_threads",
+    "Evaluation",
+    "EvaluationRequest",
+    "evaluate_checkpoint",
     "run_demo",
     "plot_translation_attention",
     "MODEL_BUILDERS",

@@ -14,12 +14,11 @@ number of regions P, so ``max_tokens = 4096`` with 8 x 8 regions gives 64 captio
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import torch
 from torch import nn
 
 from ..data.captions import (
@@ -29,12 +28,13 @@ from ..data.captions import (
     WordVocab,
     remember_images,
 )
-from ..data.karpathy import read_karpathy
-from ..data.scenes import scene_dataset
-from ..errors import InputError
+from ..errors import CheckpointError, DataError, InputError
+from ..layers import available_scores
 from ..models import CaptionerConfig, build_model
-from ..training import TrainConfig, TrainResult, load_checkpoint, read_pointer, train
+from ..training import TrainConfig, TrainResult, load_checkpoint
 from .captioner_eval import evaluate_captioning
+from .captioning_data import SCENES, caption_examples, caption_splits
+from .captioning_probe import probe_captioner, synthetic_batch
 from .captioning_transfer import (
     CachedRegionData,
     fit_setup_to_classifier,
@@ -42,6 +42,9 @@ from .captioning_transfer import (
     load_transferred_encoder,
 )
 from .image_captioner import VOCAB_FILE, ImageCaptioner, vocabulary_of
+from .presets import preset_for
+from .task import TaskData, TaskSpec, train_task
+from .translator import reading_errors
 
 __all__ = [
     "SCENES",
@@ -52,11 +55,10 @@ __all__ = [
     "remember_images",
     "MODEL_FIELDS",
     "build_captioner",
+    "CAPTIONING",
     "train_captioning",
 ]
 
-#: ``--data`` value of the generated scenes.
-SCENES = "shapes"
 #: The doubly stochastic regulariser's default lambda on the scenes and on a Karpathy JSON.
 SCENES_LAMBDA, KARPATHY_LAMBDA = 0.0, 0.1
 
@@ -97,7 +99,7 @@ class CaptioningSetup:
     max_caption_len: int = 20
     train_size: int | None = None
     valid_size: int | None = 300
-    score: str = "additive"
+    score: str = field(default="additive", metadata={"choices": tuple(available_scores())})
     attention: bool = True
     gate: bool = True
     doubly_stochastic: float | None = None
@@ -119,16 +121,22 @@ class CaptioningSetup:
         if self.freeze_encoder and self.encoder_from is None and not self.pretrained_encoder:
             raise InputError(
                 "--freeze-encoder would freeze a randomly initialised CNN; give --encoder-from "
-                "a classifier checkpoint (or --pretrained-encoder for torchvision)"
+                "a classifier checkpoint (or --pretrained-encoder for torchvision)",
+                fields=("freeze_encoder", "encoder_from", "pretrained_encoder"),
             )
         for name in ("min_count", "max_caption_len", "image_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive integer")
+                raise InputError(f"{name}={value!r} must be a positive integer", fields=(name,))
         for name in ("train_size", "valid_size"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name}={value!r} must be a positive number of images or None")
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise InputError(
+                    f"{name}={value!r} must be a positive number of images or None",
+                    fields=(name,),
+                )
 
 
 #: The setup fields that are CaptionerConfig fields of the same name and meaning.
@@ -137,52 +145,6 @@ MODEL_FIELDS = tuple(
     for field in dataclasses.fields(CaptioningSetup)
     if field.name in {f.name for f in dataclasses.fields(CaptionerConfig)}
 )
-
-
-# ---------------------------------------------------------------------------- data
-
-
-def caption_examples(
-    data: str,
-    split: str,
-    *,
-    image_size: int,
-    images: str | Path | None = None,
-    size: int | None = None,
-) -> list[CaptionExample]:
-    """The ``split`` ("train", "valid" / "val" or "test") of ``data``: "shapes" (the
-    generated scenes, drawn at ``image_size``) or a Karpathy JSON whose pictures lie in
-    ``images`` (default: the JSON's folder).  ``size`` keeps the first N images.
-
-    Raises FileNotFoundError for a missing JSON or picture, ValueError for anything else
-    (not a JSON, missing fields, an empty split)."""
-    if size is not None and size < 1:
-        raise ValueError(f"size={size} must be a positive number of images")
-    if data == SCENES:
-        return scene_dataset(split, image_size=image_size, size=size)
-    path = Path(data)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"--data {data!r} is neither {SCENES!r} (the generated scenes) nor an existing "
-            "Karpathy-format JSON file"
-        )
-    if path.is_dir():
-        raise ValueError(f"--data {data!r} is a folder; give the Karpathy JSON file inside it")
-    folder = path.parent if images is None else Path(images)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"images folder not found: {folder}")
-    examples = read_karpathy(path, folder, split, image_size=image_size)
-    return examples if size is None else examples[:size]
-
-
-def _karpathy_has_split(path: Path, split: str) -> bool:
-    """Whether a Karpathy JSON lists any image of ``split`` (errors are left to the reader)."""
-    wanted = {"valid": "val"}.get(split, split)
-    try:
-        records = json.loads(path.read_text(encoding="utf-8")).get("images", [])
-        return any(isinstance(r, dict) and r.get("split") == wanted for r in records)
-    except (OSError, ValueError, AttributeError):
-        return True  # let read_karpathy report what is wrong, in its own words
 
 
 # ---------------------------------------------------------------------------- model
@@ -199,49 +161,34 @@ def build_captioner(setup: CaptioningSetup, vocab_size: int) -> nn.Module:
 # ---------------------------------------------------------------------------- training
 
 
-def _splits(setup: CaptioningSetup) -> tuple[list[CaptionExample], list[CaptionExample]]:
-    options = dict(image_size=setup.image_size, images=setup.images)
-    train_examples = caption_examples(setup.data, "train", size=setup.train_size, **options)
-    if setup.data != SCENES and not _karpathy_has_split(Path(setup.data), "val"):
-        return train_examples, []  # a JSON without a val split trains without validation
-    valid_examples = caption_examples(setup.data, "valid", size=setup.valid_size, **options)
-    return train_examples, valid_examples
-
-
-def _vocabulary(
-    setup: CaptioningSetup, train_examples: list[CaptionExample], out_dir: Path, resume: bool
-) -> WordVocab:
-    if resume:
-        if read_pointer(out_dir, "last") is None:
-            raise ValueError(
-                f"--resume: {out_dir} has no checkpoint to resume from; drop --resume to start"
-            )
-        return vocabulary_of(load_checkpoint(out_dir))
-    captions = (caption for example in train_examples for caption in example.captions)
+def _vocabulary(setup: CaptioningSetup, splits: tuple[list, list]) -> WordVocab:
+    captions = (caption for example in splits[0] for caption in example.captions)
     vocab = WordVocab.build(captions, min_count=setup.min_count)
     if len(vocab) <= 4:
-        raise ValueError(
+        raise DataError(
             f"no word occurs {setup.min_count} times in the training captions of "
-            f"{setup.data!r}; lower --min-count"
+            f"{setup.data!r}; lower --min-count",
+            fields=("min_count",),
         )
     return vocab
 
 
-def train_captioning(
-    setup: CaptioningSetup, config: TrainConfig, out_dir: str | Path, *, resume: bool = False
-) -> TrainResult:
-    """Train a captioner; checkpoints (weights, config, ``tokenizer_vocab.json``) go to
-    ``out_dir``.  Each validation logs the loss and, on up to ``valid_size`` validation
-    images decoded greedily, ``bleu`` (BLEU-4, 0-100, which picks the best checkpoint),
-    ``exact_match`` and, on the scenes, ``grounding`` / ``grounding_uniform``."""
-    out_dir = Path(out_dir)
-    setup = fit_setup_to_classifier(setup)
-    train_examples, valid_examples = _splits(setup)
-    vocab = _vocabulary(setup, train_examples, out_dir, resume)
-    torch.manual_seed(config.seed)  # the same command twice builds the same initial model
+def _saved_vocabulary(out_dir: Path) -> WordVocab:
+    with reading_errors(CheckpointError):
+        return vocabulary_of(load_checkpoint(out_dir))
+
+
+def _build(setup: CaptioningSetup, splits: tuple, vocab: WordVocab) -> nn.Module:
     model = build_captioner(setup, len(vocab))
     if setup.encoder_from is not None:
         load_transferred_encoder(model, setup.encoder_from)
+    return model
+
+
+def _datasets(
+    setup: CaptioningSetup, model: nn.Module, splits: tuple[list, list], vocab: WordVocab
+) -> TaskData:
+    train_examples, valid_examples = splits
     options = dict(max_caption_len=setup.max_caption_len, per_caption=True)
     train_data = _training_data(
         setup, model, CaptionDataset(remember_images(train_examples), vocab, **options)
@@ -251,18 +198,40 @@ def train_captioning(
         valid_examples = remember_images(valid_examples)
         valid_data = _training_data(setup, model, CaptionDataset(valid_examples, vocab, **options))
         evaluate = _validation_metrics(vocab, valid_examples, setup.max_caption_len)
-    metadata = {"task": "captioning", "setup": dataclasses.asdict(setup)}
-    return train(
-        model,
+    regions = model.config.num_regions
+    return TaskData(
         train_data,
         valid_data,
-        config,
-        out_dir,
-        evaluate=evaluate,
-        metadata=metadata,
-        tokenizers={VOCAB_FILE: vocab.to_tokenizer()},
-        resume=resume,
+        evaluate,
+        sample=lambda config: (synthetic_batch(setup, regions, config), None),
+        probe=lambda: probe_captioner(setup, build_captioner),
     )
+
+
+#: The captioning task's parts of the shared skeleton.
+CAPTIONING = TaskSpec(
+    task="captioning",
+    preset=lambda setup: preset_for("captioner", "default"),
+    prepare=fit_setup_to_classifier,
+    read=caption_splits,
+    vocabulary=_vocabulary,
+    saved_vocabulary=_saved_vocabulary,
+    tokenizers=lambda vocab: {VOCAB_FILE: vocab.to_tokenizer()},
+    build=_build,
+    datasets=_datasets,
+)
+
+
+def train_captioning(
+    setup: CaptioningSetup, config: TrainConfig, out_dir: str | Path, **options: Any
+) -> TrainResult:
+    """Train a captioner; checkpoints (weights, config, ``tokenizer_vocab.json``) go to
+    ``out_dir``.  Each validation logs the loss and, on up to ``valid_size`` validation
+    images decoded greedily, ``bleu`` (BLEU-4, 0-100, which picks the best checkpoint),
+    ``exact_match`` and, on the scenes, ``grounding`` / ``grounding_uniform``.
+    ``options``: ``resume``, ``schedule`` (the captioner's recipe) and ``say``, as
+    :func:`qkv.tasks.task.train_task` takes them."""
+    return train_task(CAPTIONING, setup, config, out_dir, **options)
 
 
 def _training_data(

@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..training import TrainConfig
-from ..training.recipes import recipe_for
 from .captioner_eval import evaluate_captioning
 from .captioning import SCENES, CaptioningSetup, caption_examples, train_captioning
 from .demo import DemoRun, demo_train_config
 from .image_captioner import ImageCaptioner, plot_caption_attention
+from .presets import recipe_for
 
 __all__ = ["DEMO_CAPTIONING_SETUP", "DEMO_CAPTIONING_CONFIG", "demo_captioning"]
 

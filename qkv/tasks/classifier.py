@@ -9,9 +9,8 @@ in [0, 1] for pictures, (B, T, C, S, S) for clips padded with ``PAD_FRAME`` fram
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -25,8 +24,10 @@ from ..data.labelled_images import LabelledImages, fashion_mnist_split, scene_cl
 from ..errors import InputError, MissingFileError
 from ..models import build_model
 from ..models.classifier import CLIP_POOLS, IMAGE_POOLS, PAD_FRAME, ClassifierConfig
-from ..training import Checkpoint, TrainConfig, TrainResult, load_checkpoint, train
+from ..training import Checkpoint, TrainConfig, TrainResult, load_checkpoint
 from .classifier_eval import ClassifierScores, evaluate_classifier
+from .presets import Preset, preset_for
+from .task import TaskData, TaskSpec, train_task, train_with_options
 
 __all__ = [
     "IMAGE_DATA",
@@ -35,7 +36,10 @@ __all__ = [
     "ClassifierScores",
     "classification_data",
     "build_classifier",
+    "CLASSIFIER",
+    "ClassifierRun",
     "train_classifier",
+    "train_and_score_classifier",
     "evaluate_classifier",
     "load_classifier",
     "classifier_checkpoint",
@@ -60,8 +64,8 @@ class ClassifierSetup:
     fields are the ``ClassifierConfig`` fields of the same names."""
 
     data: str = "fashion-mnist"
-    task: str | None = None
-    pool: str | None = None
+    task: str | None = field(default=None, metadata={"choices": tuple(_MODEL_TYPES)})
+    pool: str | None = field(default=None, metadata={"choices": ("attention", "mean", "last")})
     feature_attention: bool = False
     image_size: int | None = None
     train_size: int | None = None
@@ -76,18 +80,28 @@ class ClassifierSetup:
         task = self.task or ("clip" if self.data == CLIPS else "image")
         if (self.data == CLIPS) != (task in CLIP_TASKS):
             raise InputError(
-                f"--task {task} does not fit --data {self.data}: clips take {CLIP_TASKS}, "
-                "pictures 'image'"
+                f"task={task!r} does not fit data={self.data!r}: clips take {CLIP_TASKS}, "
+                "pictures 'image'",
+                fields=("task", "data"),
             )
         pools = CLIP_POOLS if task == "clip" else IMAGE_POOLS
         pool = self.pool or pools[0]
         if pool not in pools:
-            raise InputError(f"--pool {pool} is not one of {pools} for task {task!r}")
-        size = self.image_size or (64 if self.data in ("shapes",) or self._is_folder() else 28)
+            raise InputError(
+                f"--pool {pool} is not one of {pools} for task {task!r}", fields=("pool",)
+            )
+        size = self.image_size
+        if size is None:
+            size = 64 if self.data in ("shapes",) or self._is_folder() else 28
+        given = (("image_size", size), ("feature_dim", self.feature_dim), ("grid", self.grid))
+        for name, value in given:
+            if value is not None and (isinstance(value, bool) or value < 1):
+                raise InputError(f"{name}={value} must be a positive integer", fields=(name,))
         object.__setattr__(self, "task", task)
         object.__setattr__(self, "pool", pool)
         object.__setattr__(self, "image_size", size)
-        object.__setattr__(self, "grid", self.grid or (8 if size >= 64 else 7))
+        if self.grid is None:
+            object.__setattr__(self, "grid", 8 if size >= 64 else 7)
         # clips run the CNN on every frame: a narrower one keeps a step affordable on a CPU
         object.__setattr__(
             self, "feature_dim", self.feature_dim or (32 if self.data == CLIPS else 64)
@@ -95,23 +109,25 @@ class ClassifierSetup:
         for name in ("train_size", "valid_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise InputError(f"{name}={value} must be a positive number of items or None")
+                raise InputError(
+                    f"{name}={value} must be a positive number of items or None", fields=(name,)
+                )
 
     def _is_folder(self) -> bool:
         return self.data not in IMAGE_DATA + (CLIPS,)
 
 
-def default_budget(setup: ClassifierSetup) -> dict[str, int]:
-    """Batch size (``max_tokens``, in frames) and epochs that learn in a few minutes on a CPU
-    (measured, one thread): Fashion-MNIST 2 epochs of 512 pictures (216 updates, 86 % valid);
-    64-pixel pictures 5 epochs of 64 (the one-object scenes: 320 updates in about a minute,
-    97 %; at 2 epochs of 64 they were still at 59 %); clips 1 epoch of 512 frames (about 470
-    updates; 400 gave 77 % valid with attention pooling)."""
+def classifier_preset(setup: ClassifierSetup) -> Preset:
+    """The preset of the setup's data: clips, pictures of 64 pixels or more, or smaller."""
     if setup.data == CLIPS:
-        return {"max_tokens": 512, "epochs": 1}
-    if setup.image_size >= 64:
-        return {"max_tokens": 64, "epochs": 5}
-    return {"max_tokens": 512, "epochs": 2}
+        return preset_for("classifier", "clips")
+    return preset_for("classifier", "large-pictures" if setup.image_size >= 64 else "pictures")
+
+
+def default_budget(setup: ClassifierSetup) -> dict[str, int]:
+    """Batch size (``max_tokens``, in frames) and epochs of the setup's preset."""
+    train = classifier_preset(setup).train
+    return {"max_tokens": train["max_tokens"], "epochs": train["epochs"]}
 
 
 # ---------------------------------------------------------------------------- data
@@ -170,8 +186,9 @@ def classification_data(setup: ClassifierSetup, split: str, size: int | None = N
         items = read_image_folder(setup.data, split, image_size=setup.image_size, size=size)
     else:
         raise MissingFileError(
-            f"--data {setup.data!r} is neither one of {IMAGE_DATA + (CLIPS,)} nor a folder of "
-            "class subfolders"
+            f"data={setup.data!r} is neither one of {IMAGE_DATA + (CLIPS,)} nor a folder of "
+            "class subfolders",
+            fields=("data",),
         )
     return ClassificationData(items, setup.task)
 
@@ -197,31 +214,70 @@ def build_classifier(setup: ClassifierSetup, num_classes: int, channels: int) ->
     return build_model(_MODEL_TYPES[setup.task], config)
 
 
+def _build(setup: ClassifierSetup, splits: tuple, vocabulary: None) -> nn.Module:
+    train_data = splits[0]
+    channels = int(train_data.collate([0]).source.shape[-3])
+    return build_classifier(setup, len(train_data.classes), channels)
+
+
+def _datasets(setup: ClassifierSetup, model: nn.Module, splits: tuple, vocabulary) -> TaskData:
+    train_data, valid_data = splits
+    return TaskData(
+        train_data,
+        valid_data,
+        lambda m: evaluate_classifier(m, valid_data).as_dict(),
+        metadata={"classes": list(train_data.classes)},
+    )
+
+
+#: The classifiers' parts of the shared skeleton (no vocabulary: the classes are data).
+CLASSIFIER = TaskSpec(
+    task="classification",
+    preset=classifier_preset,
+    read=lambda setup: (
+        classification_data(setup, "train", setup.train_size),
+        classification_data(setup, "valid", setup.valid_size),
+    ),
+    build=_build,
+    datasets=_datasets,
+)
+
+
 def train_classifier(
     setup: ClassifierSetup, config: TrainConfig, out_dir: str | Path, *, resume: bool = False
 ) -> TrainResult:
     """Train; checkpoints go to ``out_dir``.  Each validation logs the loss and ``accuracy``
     (and for clips ``occluded_accuracy`` / ``marked_weight``, see :func:`evaluate_classifier`)."""
-    train_data = classification_data(setup, "train", setup.train_size)
-    valid_data = classification_data(setup, "valid", setup.valid_size)
-    channels = int(train_data.collate([0]).source.shape[-3])
-    torch.manual_seed(config.seed)  # the same command twice builds the same initial model
-    model = build_classifier(setup, len(train_data.classes), channels)
-    metadata = {
-        "task": "classification",
-        "setup": dataclasses.asdict(setup),
-        "classes": list(train_data.classes),
-    }
-    return train(
-        model,
-        train_data,
-        valid_data,
-        config,
-        out_dir,
-        evaluate=lambda m: evaluate_classifier(m, valid_data).as_dict(),
-        metadata=metadata,
-        resume=resume,
-    )
+    return train_task(CLASSIFIER, setup, config, out_dir, resume=resume)
+
+
+@dataclass(frozen=True)
+class ClassifierRun:
+    """A finished classifier run: how it ended, the checkpoint it keeps (the best, else the
+    last), that model's parameter count and its scores on the test split."""
+
+    result: TrainResult
+    checkpoint: Path
+    parameters: int
+    scores: ClassifierScores
+
+
+def train_and_score_classifier(
+    setup: ClassifierSetup,
+    out_dir: str | Path,
+    *,
+    given: dict,
+    resume: bool = False,
+    say: Callable[[str], object] | None = None,
+) -> ClassifierRun:
+    """Train with the preset's values except those ``given`` (TrainConfig fields), reload
+    the best checkpoint and score it on the test split."""
+    result = train_with_options(CLASSIFIER, setup, out_dir, given=given, resume=resume, say=say)
+    best = result.best_checkpoint or result.last_checkpoint
+    model, _ = load_classifier(best)
+    scores = evaluate_classifier(model, classification_data(setup, "test"))
+    parameters = sum(p.numel() for p in model.parameters())
+    return ClassifierRun(result, Path(best), parameters, scores)
 
 
 def load_classifier(path: str | Path, *, device: str = "cpu") -> tuple[nn.Module, ClassifierSetup]:

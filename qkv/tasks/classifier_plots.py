@@ -11,9 +11,37 @@ from torch import nn
 from ..errors import InputError
 from ..explore import classifier_attention
 from ..plotting import plot_alignment_grid, plot_frame_attention, plot_image_attention
-from .classifier import ClassificationData
+from .classifier import ClassificationData, classification_data, load_classifier
+from .classifier_eval import ClassifierScores, evaluate_classifier
 
-__all__ = ["plot_classifier_attention", "query_positions"]
+__all__ = ["plot_classifier_attention", "query_positions", "classify_and_plot"]
+
+
+def classify_and_plot(
+    checkpoint: str | Path,
+    *,
+    split: str = "test",
+    limit: int | None = None,
+    device: str = "cpu",
+    attention_out: str | Path | None = None,
+    count: int = 4,
+) -> tuple[ClassifierScores, list[Path]]:
+    """Score a trained classifier on a split of its data (the first ``limit`` items) and,
+    with ``attention_out``, draw the attention of its first ``count`` items."""
+    for name, value in (("limit", limit), ("count", count)):
+        if value is not None and (isinstance(value, bool) or value < 1):
+            raise InputError(f"{name}={value} must be a positive number of items", fields=(name,))
+    if attention_out is not None and Path(attention_out).suffix.lower() != ".png":
+        raise InputError(
+            f"attention_out={str(attention_out)!r} must be a .png file", fields=("attention_out",)
+        )
+    model, setup = load_classifier(checkpoint, device=device)
+    data = classification_data(setup, split, limit)
+    scores = evaluate_classifier(model, data)
+    paths = []
+    if attention_out is not None:
+        paths = plot_classifier_attention(model, data, attention_out, count=count)
+    return scores, paths
 
 
 def query_positions(grid: int) -> list[tuple[int, int]]:
@@ -34,7 +62,9 @@ def plot_classifier_attention(
     PNGs are named ``<stem>-<i>.png``."""
     path = Path(path)
     if path.suffix.lower() != ".png":
-        raise InputError(f"--attention-out {str(path)!r} must be a .png file")
+        raise InputError(
+            f"attention_out={str(path)!r} must be a .png file", fields=("attention_out",)
+        )
     model.eval()
     device = next(model.parameters()).device
     batch = data.collate(list(range(min(count, len(data))))).to(device)

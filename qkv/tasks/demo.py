@@ -20,8 +20,9 @@ from pathlib import Path
 import torch
 
 from ..training import TrainConfig, TrainResult
-from ..training.recipes import Recipe, recipe_for
+from ..training.recipes import Recipe
 from .plots import plot_translation_attention
+from .presets import recipe_for
 from .translation import TranslationSetup, train_translation
 from .translator import Translator, evaluate_translation
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -23,11 +23,14 @@ from ..data.tokenizers import Tokenizer
 from ..decoding import sample
 from ..errors import CheckpointError, InputError
 from ..models import TransformerLM, TransformerLMConfig
-from ..training import TrainConfig, TrainResult, load_checkpoint, read_pointer, train
+from ..training import TrainConfig, TrainResult, load_checkpoint
+from .presets import Preset, preset_for, sizes_of
+from .task import TaskData, TaskSpec, train_task
+from .translator import reading_errors
 
 __all__ = [
     "LMSetup",
-    "LM_SIZES",
+    "LM",
     "lm_config",
     "train_lm",
     "load_lm",
@@ -39,11 +42,7 @@ __all__ = [
 
 TOKENIZER_FILE = "tokenizer"
 
-#: size -> (num_layers, d_model, num_heads, d_ff, default context, dropout)
-LM_SIZES = {
-    "small": dict(num_layers=4, d_model=128, num_heads=4, d_ff=512, context=128, dropout=0.1),
-    "medium": dict(num_layers=6, d_model=384, num_heads=6, d_ff=1536, context=256, dropout=0.2),
-}
+SIZES = sizes_of("lm")
 
 
 @dataclass(frozen=True)
@@ -58,47 +57,66 @@ class LMSetup:
     num_kv_heads: grouped key/value heads (None: one per query head).
     dropout: overrides the size's dropout (None: keep it).
     window: sliding-window causal attention over the last W positions (None: full causal).
+    batch_size: windows per batch: the run's ``max_tokens`` unless one is given.
     """
 
     data: str = "kjv"
-    size: str = "small"
+    size: str = field(default="small", metadata={"choices": SIZES})
     context: int | None = None
     positions: str = "learned"
-    tokenizer: str = "char"
+    tokenizer: str = field(default="char", metadata={"choices": TEXT_TOKENIZER_KINDS})
     vocab_size: int = 4096
     num_kv_heads: int | None = None
     dropout: float | None = None
     window: int | None = None
+    batch_size: int = 16
 
     def __post_init__(self) -> None:
-        if self.size not in LM_SIZES:
-            raise InputError(f"unknown size {self.size!r}; choose from {list(LM_SIZES)}")
+        if self.size not in SIZES:
+            raise InputError(
+                f"unknown size {self.size!r}; choose from {list(SIZES)}", fields=("size",)
+            )
         if self.tokenizer not in TEXT_TOKENIZER_KINDS:
             raise InputError(
-                f"unknown tokenizer {self.tokenizer!r}; choose from {TEXT_TOKENIZER_KINDS}"
+                f"unknown tokenizer {self.tokenizer!r}; choose from {TEXT_TOKENIZER_KINDS}",
+                fields=("tokenizer",),
             )
         if self.context is not None and self.context < 2:
-            raise InputError(f"--context {self.context} must be at least 2 tokens")
+            raise InputError(
+                f"context={self.context} must be at least 2 tokens", fields=("context",)
+            )
         if self.window is not None and self.window < 1:
             raise InputError(
-                f"--window {self.window} must be at least 1 position (omit it for full attention)"
+                f"window={self.window} must be at least 1 position (omit it for full attention)",
+                fields=("window",),
+            )
+        if isinstance(self.batch_size, bool) or self.batch_size < 1:
+            raise InputError(
+                f"batch_size={self.batch_size} must be at least 1 window", fields=("batch_size",)
             )
 
     @property
     def context_length(self) -> int:
-        return self.context or LM_SIZES[self.size]["context"]
+        return self.context or preset_for("lm", self.size).model["max_len"]
+
+
+def lm_preset(setup: LMSetup) -> Preset:
+    """The size's preset, its batch ``batch_size`` windows of the setup's context."""
+    preset = preset_for("lm", setup.size)
+    batch = {"max_tokens": setup.batch_size * (setup.context_length + 1)}
+    return dataclasses.replace(preset, train={**preset.train, **batch})
 
 
 def lm_config(setup: LMSetup, vocab_size: int) -> TransformerLMConfig:
     """The model a setup asks for, over a vocabulary of ``vocab_size`` ids."""
-    sizes = {k: v for k, v in LM_SIZES[setup.size].items() if k != "context"}
+    sizes = dict(preset_for("lm", setup.size).model)
     if setup.dropout is not None:
         sizes["dropout"] = setup.dropout
+    sizes["max_len"] = setup.context_length
     return TransformerLMConfig(
         vocab_size,
         **sizes,
         num_kv_heads=setup.num_kv_heads,
-        max_len=setup.context_length,
         positions=setup.positions,
         window=setup.window,
     )
@@ -112,6 +130,35 @@ def encode_text(tokenizer: Tokenizer, text: str) -> torch.Tensor:
     return torch.tensor(tokenizer.encode(text), dtype=torch.long)
 
 
+def _saved_tokenizer(out_dir: Path) -> Tokenizer:
+    with reading_errors(CheckpointError):
+        return load_checkpoint(out_dir, load_tokenizers=True).tokenizers[TOKENIZER_FILE]
+
+
+def _datasets(setup: LMSetup, model: TransformerLM, corpus, tokenizer: Tokenizer) -> TaskData:
+    context = setup.context_length
+    train_data = TextDataset(encode_text(tokenizer, corpus.train), context=context)
+    valid_data = None
+    if corpus.valid:
+        valid_data = TextDataset(encode_text(tokenizer, corpus.valid), context=context)
+    return TaskData(train_data, valid_data)
+
+
+#: The language model's parts of the shared skeleton.
+LM = TaskSpec(
+    task="lm",
+    preset=lm_preset,
+    read=lambda setup: load_text(setup.data),
+    vocabulary=lambda setup, corpus: train_text_tokenizer(
+        setup.tokenizer, corpus.train, vocab_size=setup.vocab_size
+    ),
+    saved_vocabulary=_saved_tokenizer,
+    tokenizers=lambda tokenizer: {TOKENIZER_FILE: tokenizer},
+    build=lambda setup, corpus, tokenizer: TransformerLM(lm_config(setup, tokenizer.vocab_size)),
+    datasets=_datasets,
+)
+
+
 def train_lm(
     setup: LMSetup, config: TrainConfig, out_dir: str | Path, *, resume: bool = False
 ) -> TrainResult:
@@ -119,33 +166,7 @@ def train_lm(
 
     With ``resume`` the tokenizer comes from the run's last checkpoint, so the run continues
     exactly where it stopped; a different setup is refused by the trainer."""
-    corpus = load_text(setup.data)
-    if resume:
-        if read_pointer(out_dir, "last") is None:
-            raise InputError(
-                f"--resume: {out_dir} has no checkpoint to resume from; drop --resume to start"
-            )
-        tokenizer = load_checkpoint(out_dir, load_tokenizers=True).tokenizers[TOKENIZER_FILE]
-    else:
-        tokenizer = train_text_tokenizer(setup.tokenizer, corpus.train, vocab_size=setup.vocab_size)
-    torch.manual_seed(config.seed)  # the same command twice builds the same initial model
-    model = TransformerLM(lm_config(setup, tokenizer.vocab_size))
-    context = setup.context_length
-    train_data = TextDataset(encode_text(tokenizer, corpus.train), context=context)
-    valid_data = None
-    if corpus.valid:
-        valid_data = TextDataset(encode_text(tokenizer, corpus.valid), context=context)
-    metadata = {"task": "lm", "setup": dataclasses.asdict(setup)}
-    return train(
-        model,
-        train_data,
-        valid_data,
-        config,
-        out_dir,
-        metadata=metadata,
-        tokenizers={TOKENIZER_FILE: tokenizer},
-        resume=resume,
-    )
+    return train_task(LM, setup, config, out_dir, resume=resume)
 
 
 @dataclass
@@ -211,7 +232,9 @@ def generate_text(
     character is held back until the character is complete).
     """
     if not isinstance(num_samples, int) or num_samples < 1:
-        raise InputError(f"--num-samples {num_samples!r} must be a positive integer")
+        raise InputError(
+            f"num_samples={num_samples!r} must be a positive integer", fields=("num_samples",)
+        )
     prompt_ids = encode_prompt(lm.tokenizer, prompt)
     device = next(lm.model.parameters()).device
     batch = torch.tensor([prompt_ids] * num_samples, dtype=torch.long, device=device)

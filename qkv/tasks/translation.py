@@ -1,18 +1,17 @@
-"""Training a translator: data -> tokenizer -> model -> the shared trainer.
+"""Training a translator: the translation task's parts of the shared skeleton (``task``).
 
 Every translation model (``transformer``, ``rnn-attention``, ``rnn``) goes through the same
-function; only :data:`MODEL_BUILDERS` (``translation_models``) knows how to size each one.
+:data:`TRANSLATION` spec; only :data:`MODEL_BUILDERS` (``translation_models``) knows how to
+build each one, and the sizes are the presets of :mod:`qkv.tasks.presets`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import torch
 from torch import nn
 
 from ..data import (
@@ -24,22 +23,29 @@ from ..data import (
     training_texts,
 )
 from ..data.tokenizers import Tokenizer
-from ..errors import CheckpointError, DataError, InputError, RunError
-from ..training import TrainConfig, TrainResult, load_checkpoint, read_pointer, train
-from ..training.recipes import UserSchedule, fit_train_config, recipe_for, resumed_schedule
+from ..errors import CheckpointError, DataError, InputError
+from ..layers import available_scores
+from ..training import TrainConfig, TrainResult, load_checkpoint
 from ..training.state import default_batches
+from .task import TaskData, TaskSpec, train_task
 from .translation_models import (
-    DEFAULT_VOCAB_SIZE,
     MODEL_BUILDERS,
     SIZES,
-    SMALL_DATA_VOCAB_SIZE,
     build_translation_model,
+    translation_preset,
 )
 from .translator import Translator, reading_errors
 
-__all__ = ["TranslationSetup", "MODEL_BUILDERS", "build_translation_model", "train_translation"]
+__all__ = [
+    "TranslationSetup",
+    "MODEL_BUILDERS",
+    "TRANSLATION",
+    "build_translation_model",
+    "train_translation",
+]
 
 TOKENIZER_FILE = "tokenizer"
+TOKENIZERS = ("auto", "char", "bpe")
 
 
 @dataclass(frozen=True)
@@ -55,8 +61,8 @@ class TranslationSetup:
         sentence pairs such as ding-de-en: a 3 + 3 block, 256-wide Transformer, dropout 0.3),
         "small-data" (low-resource recipes chosen on ding-de-en's valid split: ``medium``'s
         widths, 4,000 BPE tokens, the plateau schedule; see
-        ``translation_models.SMALL_DATA_TRANSFORMER``) or "base" (the paper's Transformer;
-        a 512-wide RNN).
+        ``presets.SMALL_DATA_TRANSFORMER``) or "base" (the paper's Transformer; a 512-wide
+        RNN).
     dropout: overrides the size's dropout (None: keep it).
     attention_dropout / activation_dropout / word_dropout: override the size's rates of the
         Transformer's dropout sites (see ``TransformerConfig``; None: keep them).  The RNNs
@@ -71,14 +77,14 @@ class TranslationSetup:
 
     data: str = "dates"
     valid: str | None = None
-    model: str = "transformer"
-    size: str = "small"
+    model: str = field(default="transformer", metadata={"choices": tuple(MODEL_BUILDERS)})
+    size: str = field(default="small", metadata={"choices": SIZES})
     dropout: float | None = None
     attention_dropout: float | None = None
     activation_dropout: float | None = None
     word_dropout: float | None = None
-    score: str = "additive"
-    tokenizer: str = "auto"
+    score: str = field(default="additive", metadata={"choices": tuple(available_scores())})
+    tokenizer: str = field(default="auto", metadata={"choices": TOKENIZERS})
     vocab_size: int | None = None
     max_len: int = 128
     max_words: int | None = None
@@ -87,19 +93,26 @@ class TranslationSetup:
     def __post_init__(self) -> None:
         if self.model not in MODEL_BUILDERS:
             raise InputError(
-                f"unknown translation model {self.model!r}; choose from {list(MODEL_BUILDERS)}"
+                f"unknown translation model {self.model!r}; choose from {list(MODEL_BUILDERS)}",
+                fields=("model",),
             )
         if self.size not in SIZES:
-            raise InputError(f"unknown size {self.size!r}; choose from {list(SIZES)}")
+            raise InputError(
+                f"unknown size {self.size!r}; choose from {list(SIZES)}", fields=("size",)
+            )
         if self.tokenizer not in TOKENIZERS:
-            raise InputError(f"unknown tokenizer {self.tokenizer!r}; choose from {TOKENIZERS}")
+            raise InputError(
+                f"unknown tokenizer {self.tokenizer!r}; choose from {TOKENIZERS}",
+                fields=("tokenizer",),
+            )
         for name, rate in self.dropout_overrides().items():
             if not 0.0 <= rate < 1.0:
-                raise InputError(f"{name}={rate} must lie in [0, 1)")
+                raise InputError(f"{name}={rate} must lie in [0, 1)", fields=(name,))
             if name != "dropout" and self.model != "transformer":
                 raise InputError(
                     f"{name}={rate} is a Transformer dropout site; model={self.model!r} has "
-                    "none (its only rate is dropout)"
+                    "none (its only rate is dropout)",
+                    fields=(name, "model"),
                 )
         if self.vocab_size is not None:
             _check_count("vocab_size", self.vocab_size, 8)
@@ -118,15 +131,12 @@ class TranslationSetup:
         """The BPE vocabulary to train: ``vocab_size``, or the size's default."""
         if self.vocab_size is not None:
             return self.vocab_size
-        return SMALL_DATA_VOCAB_SIZE if self.size == "small-data" else DEFAULT_VOCAB_SIZE
-
-
-TOKENIZERS = ("auto", "char", "bpe")
+        return translation_preset(self).vocab_size
 
 
 def _check_count(name: str, value: object, least: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise InputError(f"{name}={value!r} must be a whole number >= {least}")
+        raise InputError(f"{name}={value!r} must be a whole number >= {least}", fields=(name,))
 
 
 def _splits(setup: TranslationSetup) -> tuple[list, list]:
@@ -140,7 +150,7 @@ def _splits(setup: TranslationSetup) -> tuple[list, list]:
     else:
         valid_pairs = []
     if not train_pairs:
-        raise DataError(f"{setup.data!r} has no training pairs")
+        raise DataError(f"{setup.data!r} has no training pairs", fields=("data",))
     return train_pairs, valid_pairs
 
 
@@ -150,93 +160,55 @@ def _named_corpora() -> list[str]:
     return available_corpora()
 
 
-def _tokenizer(setup: TranslationSetup, train_pairs: list) -> Tokenizer:
+def _tokenizer(setup: TranslationSetup, splits: tuple[list, list]) -> Tokenizer:
     kind = default_tokenizer_kind(setup.data) if setup.tokenizer == "auto" else setup.tokenizer
-    return train_tokenizer(kind, training_texts(train_pairs), vocab_size=setup.bpe_vocab_size)
+    return train_tokenizer(kind, training_texts(splits[0]), vocab_size=setup.bpe_vocab_size)
+
+
+def _saved_tokenizer(out_dir: Path) -> Tokenizer:
+    with reading_errors(CheckpointError):
+        previous = load_checkpoint(out_dir, load_tokenizers=True)
+    return previous.tokenizers[TOKENIZER_FILE]
+
+
+def _datasets(
+    setup: TranslationSetup, model: nn.Module, splits: tuple[list, list], tokenizer: Tokenizer
+) -> TaskData:
+    train_pairs, valid_pairs = splits
+    lengths = dict(max_source_len=setup.max_len, max_target_len=setup.max_len + 2)
+    train_data = TranslationDataset(train_pairs, tokenizer, tokenizer, **lengths)
+    sample = functools.partial(_sample, train_data)
+    if not valid_pairs:
+        return TaskData(train_data, sample=sample)
+    valid_data = TranslationDataset(valid_pairs, tokenizer, tokenizer, **lengths)
+    bleu_pairs = valid_pairs[: setup.valid_bleu_sentences]
+    evaluate = _bleu_callback(tokenizer, bleu_pairs, setup.max_len)
+    return TaskData(train_data, valid_data, evaluate, sample=sample)
+
+
+#: The translation task's parts of the shared skeleton.
+TRANSLATION = TaskSpec(
+    task="translation",
+    preset=translation_preset,
+    read=_splits,
+    vocabulary=_tokenizer,
+    saved_vocabulary=_saved_tokenizer,
+    tokenizers=lambda tokenizer: {TOKENIZER_FILE: tokenizer},
+    build=lambda setup, splits, tokenizer: build_translation_model(setup, tokenizer.vocab_size),
+    datasets=_datasets,
+)
 
 
 def train_translation(
-    setup: TranslationSetup,
-    config: TrainConfig,
-    out_dir: str | Path,
-    *,
-    resume: bool = False,
-    schedule: UserSchedule | None = None,
-    say: Callable[[str], object] | None = None,
+    setup: TranslationSetup, config: TrainConfig, out_dir: str | Path, **options: Any
 ) -> TrainResult:
     """Train a translator; checkpoints (weights, config, tokenizer) go to ``out_dir``.
 
     With ``resume`` the tokenizer and model come from the run's last checkpoint, so the run
     continues exactly where it stopped; a different setup is refused by the trainer.
-
-    ``schedule`` None trains with ``config`` as it is.  A :class:`UserSchedule` lets the
-    recipe of the model family and size (``qkv.training.recipes``) choose the learning rate,
-    warm-up and batch tokens for this run's budget, except the values the user gave; a
-    resumed run keeps the values it started with.  The choice is recorded in the checkpoint's metadata
-    (``"schedule"``) and, when ``say`` is given, told in one line."""
-    last = read_pointer(out_dir, "last")
-    if not resume and last is not None:
-        raise RunError(
-            f"{out_dir} already holds a run (its last checkpoint is {last}); add --resume to "
-            "continue it, or choose a new --out"
-        )
-    train_pairs, valid_pairs = _splits(setup)
-    if resume:
-        if last is None:
-            raise RunError(
-                f"--resume: {out_dir} has no checkpoint to resume from; drop --resume to start"
-            )
-        with reading_errors(CheckpointError):
-            previous = load_checkpoint(out_dir, load_tokenizers=True)
-        tokenizer = previous.tokenizers[TOKENIZER_FILE]
-    else:
-        tokenizer = _tokenizer(setup, train_pairs)
-    torch.manual_seed(config.seed)  # the same command twice builds the same initial model
-    model = build_translation_model(setup, tokenizer.vocab_size)
-    max_len = setup.max_len
-    train_data = TranslationDataset(
-        train_pairs, tokenizer, tokenizer, max_source_len=max_len, max_target_len=max_len + 2
-    )
-    valid_data = None
-    evaluate = None
-    if valid_pairs:
-        valid_data = TranslationDataset(
-            valid_pairs, tokenizer, tokenizer, max_source_len=max_len, max_target_len=max_len + 2
-        )
-        sample = valid_pairs[: setup.valid_bleu_sentences]
-        evaluate = _bleu_callback(tokenizer, sample, max_len)
-    metadata = {"task": "translation", "setup": dataclasses.asdict(setup)}
-    if schedule is not None:
-        if resume:
-            schedule = resumed_schedule(out_dir, schedule)
-        family = "transformer" if setup.model == "transformer" else "rnn"
-        config, chosen = fit_train_config(
-            config,
-            recipe_for(family, setup.size),
-            schedule,
-            model=model,
-            sample=functools.partial(_sample, train_data),
-        )
-        metadata["schedule"] = chosen.as_dict()
-        if say is not None:
-            say(chosen.describe())
-    if valid_data is None and config.schedule == "plateau":
-        raise InputError(
-            f"the plateau schedule (--size {setup.size}'s, or --schedule plateau) lowers the lr "
-            f"when the validation loss stalls, and {setup.data!r} has no validation split: "
-            "give --valid, or --schedule inverse_sqrt"
-        )
-    return train(
-        model,
-        train_data,
-        valid_data,
-        config,
-        out_dir,
-        evaluate=evaluate,
-        metadata=metadata,
-        tokenizers={TOKENIZER_FILE: tokenizer},
-        resume=resume,
-    )
+    ``options``: ``resume``, ``schedule`` (the size's recipe fitted to the run's budget for
+    what the user did not give) and ``say``, as :func:`qkv.tasks.task.train_task` takes them."""
+    return train_task(TRANSLATION, setup, config, out_dir, **options)
 
 
 def _sample(data: TranslationDataset, config: TrainConfig) -> tuple[Batch, int]:

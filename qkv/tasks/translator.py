@@ -243,9 +243,9 @@ def score_translator(
     """Translate and score a corpus split; with ``by_length`` also BLEU per bucket of source
     length in words (0-10, 11-20, 21-30, 31-40, 41+)."""
     if limit is not None and limit < 1:
-        raise InputError(f"--limit {limit} must be a positive number of sentences")
+        raise InputError(f"limit={limit} must be a positive number of sentences", fields=("limit",))
     if beam < 1:
-        raise InputError(f"--beam {beam} must be at least 1")
+        raise InputError(f"beam={beam} must be at least 1", fields=("beam",))
     scores, translations, references = evaluate_translation(
         translator, data, split=split, beam=beam, limit=limit
     )

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ..errors import DivergedError
 from .distributed import DistributedContext, all_reduce_sum
 from .files import disk_errors, write_text_atomic
 from .state import TrainerState
@@ -48,9 +49,10 @@ class LossWindow:
         total = all_reduce_sum(self.loss.clone(), context).item()
         mean = total / max(self.tokens, 1.0)
         if not math.isfinite(mean):
-            raise FloatingPointError(
+            raise DivergedError(
                 f"the training loss became {mean} by step {step}; lower lr or set clip_norm "
-                "(the checkpoints written so far were left as they were)"
+                "(the checkpoints written so far were left as they were)",
+                fields=("lr", "clip_norm"),
             )
         return total, mean
 

@@ -4,7 +4,8 @@ the rule that shortens the warm-up when the budget is short.
 Why: the paper's schedule (peak 5e-4 after 4,000 warm-up steps, for WMT on 8 GPUs) never
 leaves warm-up in a CPU run of a few hundred steps, and such a run learns nothing.  So:
 
-- each family and size has a peak learning rate and a full warm-up (:data:`RECIPES`);
+- each family and size has a peak learning rate and a full warm-up (a :class:`Recipe`, in
+  ``qkv.tasks.presets``);
 - when the run's planned steps are known or can be estimated, the warm-up is at most
   :data:`WARMUP_FRACTION` of them (the peak is reached early, whatever the budget);
 - planned steps = the smallest budget: ``max_steps``, ``epochs`` x updates per epoch, and
@@ -40,10 +41,8 @@ from .loss import sequence_loss
 
 __all__ = [
     "Recipe",
-    "RECIPES",
     "WARMUP_FRACTION",
     "ChosenSchedule",
-    "recipe_for",
     "choose_schedule",
     "planned_steps",
     "measure_steps_per_second",
@@ -72,40 +71,6 @@ class Recipe:
     max_tokens: int
     schedule: str | None = None
     label_smoothing: float | None = None
-
-
-#: (family, size) -> recipe.  Families: "transformer", "rnn" (with or without attention),
-#: "captioner" (size "default").  Small sizes: measured on `dates` and the scenes (see
-#: docs/results.md, "Defaults that learn"); base: the papers' settings (Vaswani et al. 2017).
-#: small-data: the low-resource recipes (Sennrich & Zhang 2019, Araabi & Monz 2020: a higher
-#: peak with warm-up, then decay on plateau, label smoothing 0.1); the peaks (2e-3, from the
-#: recipes' 1e-3) chosen by measurement on ding-de-en's valid split (see docs/results.md).
-#: The model sizes are in ``qkv.tasks.translation_models``.
-RECIPES: dict[tuple[str, str], Recipe] = {
-    ("transformer", "small"): Recipe(lr=3e-3, warmup_steps=200, max_tokens=512),
-    ("transformer", "medium"): Recipe(lr=1e-3, warmup_steps=1000, max_tokens=4096),
-    ("transformer", "base"): Recipe(lr=5e-4, warmup_steps=4000, max_tokens=4096),
-    ("transformer", "small-data"): Recipe(
-        lr=2e-3, warmup_steps=1000, max_tokens=2048, schedule="plateau", label_smoothing=0.1
-    ),
-    ("rnn", "small"): Recipe(lr=3e-3, warmup_steps=100, max_tokens=1024),
-    ("rnn", "medium"): Recipe(lr=1e-3, warmup_steps=200, max_tokens=4096),
-    ("rnn", "base"): Recipe(lr=1e-3, warmup_steps=1000, max_tokens=4096),
-    ("rnn", "small-data"): Recipe(
-        lr=2e-3, warmup_steps=300, max_tokens=2048, schedule="plateau", label_smoothing=0.1
-    ),
-    ("captioner", "default"): Recipe(lr=2e-3, warmup_steps=100, max_tokens=2048),
-}
-
-
-def recipe_for(family: str, size: str) -> Recipe:
-    """The table's recipe for a model family and size (an InputError names the known ones)."""
-    from ..errors import InputError
-
-    if (family, size) not in RECIPES:
-        known = ", ".join(f"{f}/{s}" for f, s in RECIPES)
-        raise InputError(f"no training recipe for {family}/{size}; known: {known}")
-    return RECIPES[(family, size)]
 
 
 @dataclass(frozen=True)
