@@ -55,3 +55,14 @@ def on_page_content(html: str, page, config, files) -> str:
         ),
         html,
     )
+
+
+#: The language plugin links each page to its translation with ``<link rel="alternate">`` in
+#: the head; Material's script then fetches ``sitemap.xml`` beside each such link, which
+#: exists only at the language roots: a 404 in the console of every page.  The header's
+#: language switch (``<a hreflang>``) does the switching, so the head links go.
+ALTERNATE = re.compile(r'<link rel="alternate" href="[^"]*" hreflang="[^"]*">\n?')
+
+
+def on_post_page(output: str, page, config) -> str:
+    return ALTERNATE.sub("", output)

@@ -67,14 +67,17 @@ class GPT2Tokenizer:
         self._tokenizer = Tokenizer.from_file(str(path))
 
     def encode(self, text: str) -> list[int]:
+        """The token ids of ``text``, with no special token added."""
         return self._tokenizer.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids) -> str:
+        """The text of token ids (a list or a tensor)."""
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
         return self._tokenizer.decode(ids, skip_special_tokens=False)
 
     @property
     def vocab_size(self) -> int:
+        """The number of tokens, added tokens included."""
         return self._tokenizer.get_vocab_size(with_added_tokens=True)
 
 
