@@ -34,21 +34,21 @@ TUTORIAL_RUNS = ROOT / "runs" / "tutorials"
 #: command's arguments).  Each trains in well under a minute on one CPU thread.
 EXAMPLES = {
     "transformer": (
-        ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "300"],
+        ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "200"],
         ["Tuesday, March 3, 1998", "the 14th of July 1969", "1/2/03", "--beam", "1"],
     ),
     "rnn": (
         ["translation", "--model", "rnn-attention", "--score", "additive", "--data", "dates"]
-        + ["--max-steps", "300"],
+        + ["--max-steps", "200"],
         ["Tuesday, March 3, 1998", "the 14th of July 1969", "--beam", "3"],
     ),
     "captioner": (
-        ["captioning", "--data", "shapes", "--max-steps", "200"],
-        ["--test", "3", "--beam", "3"],
+        ["captioning", "--data", "shapes", "--max-steps", "150"],
+        ["{scenes}", "--beam", "3"],
     ),
     "clips": (
         ["classifier", "--data", "clips", "--task", "clip", "--pool", "attention"]
-        + ["--max-steps", "150"],
+        + ["--max-steps", "100"],
         ["--test", "6"],
     ),
 }
@@ -93,6 +93,24 @@ def install_katex() -> None:
     shutil.copytree(dist / "fonts", target / "fonts")
 
 
+def scene_files(count: int = 3) -> list[str]:
+    """The first test scenes of the ``shapes`` data as PNG files, the captioner's inputs."""
+    sys.path.insert(0, str(ROOT))
+    from PIL import Image
+
+    from qkv.tasks.captioning import caption_examples
+
+    folder = RUNS / "scenes"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index, example in enumerate(caption_examples("shapes", "test", image_size=64, size=count)):
+        pixels = (example.image.permute(1, 2, 0) * 255).round().byte().numpy()  # (S, S, 3)
+        path = folder / f"scene-{index}.png"
+        Image.fromarray(pixels).save(path)
+        paths.append(str(path))
+    return paths
+
+
 def make_examples(reuse: bool) -> None:
     """Train each example's model and write its explorer page."""
     pages = GENERATED / "examples" / "pages"
@@ -106,6 +124,9 @@ def make_examples(reuse: bool) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
         qkv = [sys.executable, "-m", "qkv.cli.main"]
         run(qkv + ["train", *train, "--out", str(run_dir), "--threads", "1", "--log-every", "1000"])
+        if "{scenes}" in inputs:
+            at = inputs.index("{scenes}")
+            inputs = inputs[:at] + scene_files() + inputs[at + 1 :]
         run(qkv + ["explore", "--checkpoint", str(run_dir), *inputs, "--out", str(page)])
         say(f"example {name}: {page.relative_to(ROOT)} in {time.perf_counter() - started:.0f} s")
 
