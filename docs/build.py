@@ -31,7 +31,7 @@ RUNS = ROOT / "build" / "docs-runs"
 TUTORIAL_RUNS = ROOT / "runs" / "tutorials"
 
 #: The explorer examples: page name -> (the training command's arguments, the explore
-#: command's arguments).  Each trains in well under a minute on one CPU thread.
+#: command's arguments).  Each trains for at most 200 steps, on one CPU thread.
 EXAMPLES = {
     "transformer": (
         ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "200"],
