@@ -33,6 +33,7 @@ class PageServer(http.server.ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
+        """The page's address, ``http://127.0.0.1:PORT/``."""
         return f"http://{HOST}:{self.server_address[1]}/"
 
     def start(self) -> threading.Thread:

@@ -39,7 +39,9 @@ def attention(
     block_mask: BlockMask | None = None,
     score_mod: ScoreMod | None = None,
 ) -> AttentionOutput:
-    """z_i = sum_j alpha_ij v_j,  alpha_ij = softmax_j(e_ij),  e_ij = score(q_i, k_j).
+    r"""z_i = sum_j alpha_ij v_j,  alpha_ij = softmax_j(e_ij),  e_ij = score(q_i, k_j).
+
+    $$z_i = \sum_j \alpha_{ij} v_j,\qquad \alpha_{ij} = \mathrm{softmax}_j(e_{ij}),\qquad e_{ij} = \frac{q_i \cdot k_j}{\sqrt{D_h}}$$
 
     Shapes:
         query (B, H, Tq, Dh); key (B, Hkv, Tk, Dh); value (B, Hkv, Tk, Dv), as PyTorch's

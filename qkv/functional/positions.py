@@ -43,7 +43,9 @@ def sinusoidal_encoding(
     device: Device = None,
     dtype: torch.dtype | None = None,
 ) -> Tensor:
-    """The encodings of Vaswani et al. 2017 for positions ``offset .. offset + length - 1``.
+    r"""The encodings of Vaswani et al. 2017 for positions ``offset .. offset + length - 1``.
+
+    $$PE_{t, 2i} = \sin\left(t / b^{2i/d}\right),\qquad PE_{t, 2i+1} = \cos\left(t / b^{2i/d}\right)$$
 
     ``PE[pos, 2i] = sin(pos / base^(2i/dim))`` and ``PE[pos, 2i+1] = cos(pos / base^(2i/dim))``.
     Every position has its own value, for any length, so a model can run on sequences longer
@@ -130,7 +132,9 @@ def rotate_half(x: Tensor) -> Tensor:
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate each channel pair ``(x_i, x_{i + Dh/2})`` of ``x`` by its angle (RoPE).
+    r"""Rotate each channel pair ``(x_i, x_{i + Dh/2})`` of ``x`` by its angle (RoPE).
+
+    $$\mathrm{RoPE}(x, t) = x \cos(t\theta) + \mathrm{rotate\_half}(x) \sin(t\theta),\qquad \mathrm{RoPE}(q, m) \cdot \mathrm{RoPE}(k, n) = f(q, k, m - n)$$
 
     ``x * cos + rotate_half(x) * sin``, the half-split convention of :func:`rotary_angles`.
     Apply it to queries and keys (not values): then ``q_m . k_n`` depends on the positions
@@ -190,7 +194,9 @@ def alibi_bias(
     device: Device = None,
     dtype: torch.dtype | None = None,
 ) -> Tensor:
-    """ALiBi's additive attention bias, ``-slope_h * |i - j|``, for :func:`qkv.attention`.
+    r"""ALiBi's additive attention bias, ``-slope_h * |i - j|``, for :func:`qkv.attention`.
+
+    $$b_{h,i,j} = -m_h \, |i - j|$$
 
     Pass it as a float mask: ``attention(q, k, v, mask=bias, causal=True)``.  The keys sit at
     positions ``0 .. key_len - 1``.  By default the queries are the *last* ``query_len`` of

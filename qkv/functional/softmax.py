@@ -9,7 +9,9 @@ __all__ = ["masked_softmax"]
 
 
 def masked_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) -> Tensor:
-    """alpha_ij = softmax_j(e_ij) over the positions j where ``mask`` is True.
+    r"""alpha_ij = softmax_j(e_ij) over the positions j where ``mask`` is True.
+
+    $$\alpha_{ij} = \frac{m_{ij} \exp(e_{ij})}{\sum_{j'} m_{ij'} \exp(e_{ij'})},\qquad m_{ij} \in \{0, 1\}$$
 
     Masked positions get weight exactly 0.  A row whose every position is masked (or has
     an additive bias of -inf) gets all-zero weights, never NaN, and finite gradients.

@@ -83,4 +83,5 @@ class Attention(nn.Module):
     def forward(
         self, query: Tensor, inputs: Tensor, *, mask: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
+        """The context of each query and its weights: ``attend(query, memory(inputs))``."""
         return self.attend(query, self.memory(inputs), mask=mask)

@@ -231,6 +231,9 @@ class DecoderBlock(_ResidualBlock):
         state: DecoderLayerState | None = None,
         need_weights: bool = False,
     ) -> DecoderBlockOutput:
+        """Teacher forcing with ``memory``, or one incremental step with ``state`` (exactly one of
+        the two).  Shapes: as the class says; -> DecoderBlockOutput(hidden (B, T, D), weights
+        when asked for)."""
         if (memory is None) == (state is None):
             raise ValueError(
                 "pass the encoder output as memory (teacher forcing) or a state from "

@@ -24,13 +24,16 @@ class AttentionCache(Protocol):
     appends: bool
 
     @property
-    def length(self) -> int: ...
+    def length(self) -> int:
+        """How many key/value positions the cache holds."""
 
     @property
-    def key(self) -> Tensor | None: ...
+    def key(self) -> Tensor | None:
+        """The cached keys (B, Hkv, Tk, Dh), or None while empty."""
 
     @property
-    def value(self) -> Tensor | None: ...
+    def value(self) -> Tensor | None:
+        """The cached values (B, Hkv, Tk, Dv), or None while empty."""
 
 
 class StaticKV(NamedTuple):
@@ -44,6 +47,7 @@ class StaticKV(NamedTuple):
 
     @property
     def length(self) -> int:
+        """How many key positions the projected memory has (Tk)."""
         return self.key.shape[2]
 
 
@@ -64,10 +68,12 @@ class KVCache:
 
     @property
     def key(self) -> Tensor | None:
+        """The keys appended so far (B, Hkv, length, Dh), or None before the first call."""
         return None if self._key is None else self._key[:, :, : self.length]
 
     @property
     def value(self) -> Tensor | None:
+        """The values appended so far (B, Hkv, length, Dv), or None before the first call."""
         return None if self._value is None else self._value[:, :, : self.length]
 
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:

@@ -64,6 +64,8 @@ class ResidualBlock(nn.Module):
             )
 
     def forward(self, x: Tensor) -> Tensor:
+        r"""$\mathrm{relu}(F(x) + \mathrm{shortcut}(x))$.  Shapes: x (B, C_in, H, W) -> (B, C_out, H
+        / stride, W / stride)."""
         residual = self.norm2(self.conv2(self.norm1(self.conv1(x)).relu()))
         return (residual + self.shortcut(x)).relu()
 
@@ -110,6 +112,7 @@ class SmallResNet(nn.Module):
         return int(math.floor(math.log2(image_size / grid) + 1e-9))
 
     def forward(self, images: Tensor) -> Tensor:
+        """Shapes: images (B, 3, H, W) -> feature map (B, output_dim, H / 2^n, W / 2^n)."""
         return self.blocks(self.stem(images))
 
 
@@ -143,9 +146,11 @@ class RegionEncoder(nn.Module):
 
     @property
     def num_regions(self) -> int:
+        """P = grid * grid, the number of region vectors per image."""
         return self.grid * self.grid
 
     def forward(self, images: Tensor) -> Tensor:
+        """Shapes: images (B, 3, H, W), floats in [0, 1] -> regions (B, P, feature_dim)."""
         if images.dim() != 4 or images.shape[1] != 3:
             raise ValueError(f"images must be RGB (B, 3, H, W), got {tuple(images.shape)}")
         if not images.is_floating_point():

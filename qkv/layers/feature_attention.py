@@ -56,6 +56,8 @@ class SelfAttention2d(nn.Module):
     def forward(
         self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
     ) -> FeatureAttentionOutput:
+        r"""$y_p = x_p + \gamma \sum_j \alpha_{pj} v_j$.  Shapes: x (B, C, H, W), mask (B, H, W) bool
+        or None -> FeatureAttentionOutput(output (B, C, H, W), weights when asked for)."""
         if x.dim() != 4 or x.shape[1] != self.channels:
             raise InputError(
                 f"x must be a feature map (B, C={self.channels}, H, W), got {tuple(x.shape)}"

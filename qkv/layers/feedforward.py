@@ -61,6 +61,8 @@ class FeedForward(nn.Module):
         self.contract = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        r"""$W_2\,\mathrm{dropout}(f(W_1 x + b_1)) + b_2$.  Shapes: x (B, T, d_model) -> (B, T,
+        d_model)."""
         hidden = self.dropout(self.activation(self.expand(x)))  # (B, T, d_ff)
         return self.contract(hidden)  # (B, T, d_model)
 

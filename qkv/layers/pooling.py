@@ -63,6 +63,8 @@ class AttentionPooling(nn.Module):
         )
 
     def forward(self, x: Tensor, *, mask: Tensor | None = None) -> PoolingOutput:
+        """Pool each sequence with the learned queries.  Shapes: x (B, T, D), mask (B, T) bool or
+        None -> PoolingOutput(pooled (B, Q, Dv), weights (B, Q, T))."""
         if x.dim() != 3 or x.shape[-1] != self.input_dim:
             raise InputError(
                 f"x must be (B, T, D={self.input_dim}), got {tuple(x.shape)}; pool a batch of "

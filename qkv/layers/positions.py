@@ -56,6 +56,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("encoding", cached, persistent=False)  # (max_len, d_model)
 
     def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
+        """x plus the encodings of positions ``offset .. offset + T - 1``, then dropout.  Shapes: x
+        (B, T, d_model) -> (B, T, d_model)."""
         length = _check_tokens(x, self.d_model, "SinusoidalPositionalEncoding")
         _check_offset(offset)
         if offset + length <= self.encoding.shape[0]:
@@ -88,6 +90,8 @@ class LearnedPositionalEmbedding(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
+        """x plus the learned vectors of positions ``offset .. offset + T - 1``, then dropout.
+        Shapes: x (B, T, d_model) -> (B, T, d_model)."""
         vectors = _learned_vectors(self, x, offset)  # (T, d_model)
         return self.dropout(x + vectors)
 
@@ -125,6 +129,8 @@ class ConcatenatedPositionalEmbedding(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
+        """$W [x_t; p_{t + offset}] + b$, then dropout.  Shapes: x (B, T, d_model) -> (B, T,
+        d_model)."""
         vectors = _learned_vectors(self, x, offset)  # (T, position_dim)
         vectors = vectors.expand(x.shape[0], x.shape[1], self.position_dim)  # (B, T, position_dim)
         return self.dropout(self.projection(torch.cat([x, vectors], dim=-1)))  # (B, T, d_model)
@@ -146,6 +152,8 @@ class NoInputPositions(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
+        """x unchanged but for dropout (the positions act inside attention).  Shapes: x (B, T,
+        d_model) -> (B, T, d_model)."""
         _check_tokens(x, self.d_model, "NoInputPositions")
         _check_offset(offset)
         return self.dropout(x)

@@ -111,6 +111,8 @@ class BidirectionalEncoder(nn.Module):
         self.output_dim = 2 * hidden_dim
 
     def forward(self, inputs: Tensor, lengths: Tensor) -> EncoderStates:
+        """The states of every position and the final states.  Shapes: inputs (B, S, Din), lengths
+        (B,) -> :class:`EncoderStates`."""
         if inputs.dim() != 3:
             raise ValueError(f"inputs must be (B, S, Din), got {tuple(inputs.shape)}")
         if lengths.shape != inputs.shape[:1]:

@@ -66,6 +66,9 @@ class RotaryEmbedding(nn.Module):
         return None
 
     def forward(self, query: Tensor, key: Tensor, *, offset: int = 0) -> tuple[Tensor, Tensor]:
+        """Queries and keys rotated by their positions: the keys start at ``offset``, the queries
+        are the last positions of the keys.  Shapes: query (B, H, Tq, Dh), key (B, Hkv, Tk, Dh)
+        -> the same two shapes."""
         self._check_heads(query, "query")
         self._check_heads(key, "key")
         _check_start(offset, "offset")
@@ -159,6 +162,8 @@ class ALiBi(nn.Module):
         return alibi(self.slopes, query_start)
 
     def forward(self, query_len: int, key_len: int) -> Tensor:
+        """The additive bias $-m_h |i - j|$ (end-aligned queries).  Shapes: -> (1, H, query_len,
+        key_len)."""
         return alibi_bias(self.num_heads, query_len, key_len, slopes=self.slopes)
 
     def extra_repr(self) -> str:

@@ -37,6 +37,7 @@ class Score(nn.Module, abc.ABC):
         """Scores of every query against the prepared keys: (B, Tq, Tk)."""
 
     def forward(self, query: Tensor, key: Tensor) -> Tensor:
+        """``score(query, prepare(key))``: (B, Tq, Dq), (B, Tk, Dk) -> scores (B, Tq, Tk)."""
         return self.score(query, self.prepare(key))
 
 
@@ -52,6 +53,7 @@ class DotScore(Score):
     """Luong's 'dot': q . k.  Shapes: (B, Tq, D), (B, Tk, D) -> (B, Tq, Tk)."""
 
     def score(self, query: Tensor, prepared_key: Tensor) -> Tensor:
+        r"""$e_{ij} = q_i \cdot k_j$.  Shapes: query (B, Tq, D), key (B, Tk, D) -> (B, Tq, Tk)."""
         _check_same_width(query, prepared_key, "the dot score")
         return query @ prepared_key.transpose(-2, -1)
 
@@ -60,6 +62,8 @@ class ScaledDotScore(Score):
     """The Transformer's q . k / sqrt(d_k).  Shapes as :class:`DotScore`."""
 
     def score(self, query: Tensor, prepared_key: Tensor) -> Tensor:
+        r"""$e_{ij} = q_i \cdot k_j / \sqrt{D}$.  Shapes: query (B, Tq, D), key (B, Tk, D) -> (B, Tq,
+        Tk)."""
         _check_same_width(query, prepared_key, "the scaled dot score")
         return query @ prepared_key.transpose(-2, -1) / math.sqrt(query.shape[-1])
 
@@ -72,9 +76,12 @@ class BilinearScore(Score):
         self.weight = nn.Linear(key_dim, query_dim, bias=False)
 
     def prepare(self, key: Tensor) -> Tensor:
+        """$W k$, computed once per key sequence.  Shapes: key (B, Tk, Dk) -> (B, Tk, Dq)."""
         return self.weight(key)  # W k: (B, Tk, Dq)
 
     def score(self, query: Tensor, prepared_key: Tensor) -> Tensor:
+        r"""$e_{ij} = q_i^\top W k_j$.  Shapes: query (B, Tq, Dq), prepared key (B, Tk, Dq) -> (B,
+        Tq, Tk)."""
         return query @ prepared_key.transpose(-2, -1)
 
 
@@ -90,9 +97,12 @@ class AdditiveScore(Score):
         self.v = nn.Linear(hidden_dim, 1, bias=False)
 
     def prepare(self, key: Tensor) -> Tensor:
+        """$W_k k$, computed once per key sequence.  Shapes: key (B, Tk, Dk) -> (B, Tk, A)."""
         return self.key_proj(key)  # W_k k: (B, Tk, A)
 
     def score(self, query: Tensor, prepared_key: Tensor) -> Tensor:
+        r"""$e_{ij} = v^\top \tanh(W_q q_i + W_k k_j)$.  Shapes: query (B, Tq, Dq), prepared key (B,
+        Tk, A) -> (B, Tq, Tk)."""
         hidden = (
             self.query_proj(query)[:, :, None, :] + prepared_key[:, None, :, :]
         )  # (B, Tq, Tk, A)
@@ -109,6 +119,7 @@ def register_score(name: str, factory: ScoreFactory) -> None:
 
 
 def available_scores() -> list[str]:
+    """The names of the registered score functions, sorted (``register_score`` adds one)."""
     return sorted(_SCORES)
 
 

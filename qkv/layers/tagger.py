@@ -70,6 +70,8 @@ class SequenceTagger(nn.Module):
     def forward(
         self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
     ) -> TaggerOutput:
+        """Shapes: x (B, T, input_dim), mask (B, T) bool or None -> TaggerOutput(logits (B, T,
+        num_labels), per-block weights when asked for)."""
         if x.dim() != 3 or x.shape[-1] != self.input_dim:
             raise InputError(f"x must be (B, T, {self.input_dim}), got {tuple(x.shape)}")
         if mask is not None and (

@@ -148,11 +148,14 @@ class ImageClassifier(nn.Module):
         self.output = nn.Linear(config.feature_dim, config.num_classes + 1)
 
     def classify(self, source: Tensor, *, need_attention: bool = False) -> Seq2SeqOutput:
+        """Shapes: source (B, C, S, S) -> Seq2SeqOutput(logits (B, 1, K + 1), the attention maps
+        when asked for)."""
         vectors, attention = self.frames(source, need_attention=need_attention)
         logits = self.output(self.dropout(vectors)).unsqueeze(1)  # (B, 1, K + 1)
         return Seq2SeqOutput(logits, attention or None)
 
     def forward(self, source: Tensor, target_input: Tensor | None = None) -> Seq2SeqOutput:
+        """The trainer's call: :meth:`classify` (``target_input`` is not used)."""
         return self.classify(source)
 
 
@@ -187,6 +190,8 @@ class ClipClassifier(nn.Module):
         self.output = nn.Linear(config.feature_dim, config.num_classes + 1)
 
     def classify(self, source: Tensor, *, need_attention: bool = False) -> Seq2SeqOutput:
+        """Shapes: source (B, T, C, S, S) -> Seq2SeqOutput(logits (B, 1, K + 1),
+        ``attention['frames']`` when asked for)."""
         vectors, mask, attention = _encode_frames(self.frames, source, need_attention)
         pooled = getattr(self, self._pool_attribute)(vectors, mask)  # (B, D)
         if need_attention and pooled.weights is not None:
@@ -195,6 +200,7 @@ class ClipClassifier(nn.Module):
         return Seq2SeqOutput(logits, attention or None)
 
     def forward(self, source: Tensor, target_input: Tensor | None = None) -> Seq2SeqOutput:
+        """The trainer's call: :meth:`classify` (``target_input`` is not used)."""
         return self.classify(source)
 
 
@@ -218,6 +224,8 @@ class FrameTagger(nn.Module):
         )
 
     def classify(self, source: Tensor, *, need_attention: bool = False) -> Seq2SeqOutput:
+        """Shapes: source (B, T, C, S, S) -> Seq2SeqOutput(logits (B, T, K + 1),
+        ``attention['self']`` when asked for)."""
         vectors, mask, attention = _encode_frames(self.frames, source, need_attention)
         tagged = self.tagger(vectors, mask=mask, need_weights=need_attention)
         if tagged.attention:
@@ -225,6 +233,7 @@ class FrameTagger(nn.Module):
         return Seq2SeqOutput(tagged.logits, attention or None)  # (B, T, K + 1)
 
     def forward(self, source: Tensor, target_input: Tensor | None = None) -> Seq2SeqOutput:
+        """The trainer's call: :meth:`classify` (``target_input`` is not used)."""
         return self.classify(source)
 
 

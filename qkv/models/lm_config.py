@@ -87,4 +87,5 @@ class TransformerLMConfig:
 
     @property
     def head_dim(self) -> int:
+        """Dh = d_model / num_heads."""
         return self.d_model // self.num_heads

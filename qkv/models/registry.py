@@ -21,6 +21,7 @@ def register_model(name: str, config_class: type, model_class: type[nn.Module]) 
 
 
 def available_models() -> list[str]:
+    """The names of the registered model types, sorted (``register_model`` adds one)."""
     return sorted(_MODELS)
 
 

@@ -199,6 +199,7 @@ class BertInputs:
         return getattr(self, name)
 
     def keys(self) -> list[str]:
+        """The field names, so that ``model(**inputs)`` works as with Hugging Face."""
         return ["input_ids", "attention_mask", "token_type_ids"]
 
 
@@ -243,6 +244,7 @@ class BertTokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """The number of WordPiece tokens in the vocabulary."""
         return self._tokenizer.get_vocab_size()
 
     def __call__(self, texts: str | Sequence[str]) -> BertInputs:

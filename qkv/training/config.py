@@ -142,6 +142,7 @@ class TrainConfig:
             raise ValueError(f"device={self.device!r} is unknown; use one of {DEVICES}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as a plain dict (for a checkpoint's JSON metadata)."""
         return dataclasses.asdict(self)
 
 

@@ -51,10 +51,12 @@ class DistributedContext:
 
     @property
     def is_main(self) -> bool:
+        """True on rank 0, the process that logs and writes checkpoints."""
         return self.rank == 0
 
     @property
     def is_distributed(self) -> bool:
+        """True when more than one process trains."""
         return self.world_size > 1
 
 

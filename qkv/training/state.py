@@ -42,7 +42,8 @@ class TrainingData(Protocol):
 
     def __len__(self) -> int: ...
 
-    def collate(self, indices: list[int]) -> Batch: ...
+    def collate(self, indices: list[int]) -> Batch:
+        """The batch made of the examples at ``indices``."""
 
 
 @runtime_checkable
@@ -50,7 +51,8 @@ class BatchSampler(Protocol):
     """This rank's batches (lists of example indices) of an epoch; deterministic in
     ``epoch``, and the same number of batches on every rank."""
 
-    def batches(self, epoch: int) -> list[list[int]]: ...
+    def batches(self, epoch: int) -> list[list[int]]:
+        """The batches of example indices of ``epoch``, in training order."""
 
 
 @dataclass
@@ -114,6 +116,7 @@ class TrainResult:
         valid: dict[str, float],
         out_dir: Path,
     ) -> TrainResult:
+        """The result of a run that ended in ``state`` for ``stop_reason``."""
         return cls(
             steps=state.step,
             epochs=state.epoch,

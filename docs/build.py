@@ -1,0 +1,155 @@
+"""Build the documentation site into site/, offline: ``python docs/build.py``.
+
+1. KaTeX (the math renderer) from the npm registry into build/docs-npm, its script, styles
+   and fonts copied to build/docs/assets/katex: the site serves them itself.
+2. The explorer examples: one small model of each kind trained here for a few hundred steps
+   (``qkv train``), and its page written by ``qkv explore`` to build/docs/examples/pages.
+3. ``mkdocs build --strict``: every warning (a broken link, a missing reference, a failing
+   tutorial cell) fails the build.  docs/hooks.py adds the generated folder to the site.
+
+``--serve`` serves the site at http://127.0.0.1:8000 instead of writing it (after steps 1
+and 2); ``--reuse`` keeps the examples and tutorial models of an earlier build instead of training
+them again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GENERATED = ROOT / "build" / "docs"
+NPM_PREFIX = ROOT / "build" / "docs-npm"
+KATEX = "katex@0.16"
+RUNS = ROOT / "build" / "docs-runs"
+#: Where the tutorials keep the models they train (each page reuses its own when present).
+TUTORIAL_RUNS = ROOT / "runs" / "tutorials"
+
+#: The explorer examples: page name -> (the training command's arguments, the explore
+#: command's arguments).  Each trains for at most 200 steps, on one CPU thread.
+EXAMPLES = {
+    "transformer": (
+        ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "200"],
+        ["Tuesday, March 3, 1998", "the 14th of July 1969", "1/2/03", "--beam", "1"],
+    ),
+    "rnn": (
+        ["translation", "--model", "rnn-attention", "--score", "additive", "--data", "dates"]
+        + ["--max-steps", "200"],
+        ["Tuesday, March 3, 1998", "the 14th of July 1969", "--beam", "3"],
+    ),
+    "captioner": (
+        ["captioning", "--data", "shapes", "--max-steps", "150"],
+        ["{scenes}", "--beam", "3"],
+    ),
+    "clips": (
+        ["classifier", "--data", "clips", "--task", "clip", "--pool", "attention"]
+        + ["--max-steps", "100"],
+        ["--test", "6"],
+    ),
+}
+
+
+def say(line: str) -> None:
+    print(f"[docs] {line}", flush=True)
+
+
+def run(command: list[str]) -> None:
+    """Run a command from the repository root; its failure fails the build."""
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    subprocess.run(command, cwd=ROOT, env=env, check=True)
+
+
+def install_katex() -> None:
+    """KaTeX's dist folder from npm (cached in build/docs-npm) into the site's assets."""
+    dist = NPM_PREFIX / "node_modules" / "katex" / "dist"
+    if not (dist / "katex.min.js").exists():
+        if shutil.which("npm") is None:
+            sys.exit("[docs] npm is missing: it installs KaTeX (apt-get install npm)")
+        say(f"npm install {KATEX}")
+        run(
+            [
+                "npm",
+                "install",
+                "--silent",
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+                str(NPM_PREFIX),
+                KATEX,
+            ]
+        )
+    target = GENERATED / "assets" / "katex"
+    shutil.rmtree(target, ignore_errors=True)
+    (target / "contrib").mkdir(parents=True)
+    for name in ("katex.min.js", "katex.min.css", "contrib/auto-render.min.js"):
+        shutil.copy2(dist / name, target / name)
+    shutil.copytree(dist / "fonts", target / "fonts")
+
+
+def scene_files(count: int = 3) -> list[str]:
+    """The first test scenes of the ``shapes`` data as PNG files, the captioner's inputs."""
+    sys.path.insert(0, str(ROOT))
+    from PIL import Image
+
+    from qkv.tasks.captioning import caption_examples
+
+    folder = RUNS / "scenes"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index, example in enumerate(caption_examples("shapes", "test", image_size=64, size=count)):
+        pixels = (example.image.permute(1, 2, 0) * 255).round().byte().numpy()  # (S, S, 3)
+        path = folder / f"scene-{index}.png"
+        Image.fromarray(pixels).save(path)
+        paths.append(str(path))
+    return paths
+
+
+def make_examples(reuse: bool) -> None:
+    """Train each example's model and write its explorer page."""
+    pages = GENERATED / "examples" / "pages"
+    pages.mkdir(parents=True, exist_ok=True)
+    for name, (train, inputs) in EXAMPLES.items():
+        page = pages / f"{name}.html"
+        if reuse and page.exists():
+            say(f"example {name}: kept {page.relative_to(ROOT)}")
+            continue
+        started, run_dir = time.perf_counter(), RUNS / name
+        shutil.rmtree(run_dir, ignore_errors=True)
+        qkv = [sys.executable, "-m", "qkv.cli.main"]
+        run(qkv + ["train", *train, "--out", str(run_dir), "--threads", "1", "--log-every", "1000"])
+        if "{scenes}" in inputs:
+            at = inputs.index("{scenes}")
+            inputs = inputs[:at] + scene_files() + inputs[at + 1 :]
+        run(qkv + ["explore", "--checkpoint", str(run_dir), *inputs, "--out", str(page)])
+        say(f"example {name}: {page.relative_to(ROOT)} in {time.perf_counter() - started:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--serve", action="store_true", help="serve the site instead of writing it")
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep the examples of an earlier build"
+    )
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    install_katex()
+    make_examples(args.reuse)
+    if not args.reuse:  # the tutorials train afresh (once: the Chinese pages reuse the models)
+        shutil.rmtree(TUTORIAL_RUNS, ignore_errors=True)
+    mkdocs = [sys.executable, "-m", "mkdocs"]
+    if args.serve:
+        run(mkdocs + ["serve", "--strict", "--dev-addr", "127.0.0.1:8000"])
+        return
+    run(mkdocs + ["build", "--strict", "--clean"])
+    say(f"site/ built in {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
