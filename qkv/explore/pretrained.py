@@ -58,6 +58,8 @@ class FolderTokenizer:
 
     @classmethod
     def from_folder(cls, folder: Path, *, specials: bool) -> FolderTokenizer:
+        """The tokenizer of a model folder: ``tokenizer.json``, or (``specials``: an encoder)
+        BERT's ``vocab.txt``; MissingFileError when there is neither."""
         from tokenizers import Tokenizer
         from tokenizers.implementations import BertWordPieceTokenizer
 
@@ -80,15 +82,19 @@ class FolderTokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """The number of tokens."""
         return self._tokenizer.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
+        """The ids of ``text``, with the model's special tokens, never truncated."""
         return self._tokenizer.encode(text, add_special_tokens=self._specials).ids
 
     def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids``, special tokens kept."""
         return self._tokenizer.decode(list(ids), skip_special_tokens=False)
 
     def tokens(self, ids: Sequence[int]) -> list[str]:
+        """One label per id (see the class docstring)."""
         byte_level = type(self._tokenizer.decoder).__name__ == "ByteLevel"
         labels = []
         for i in ids:

@@ -79,9 +79,11 @@ class FolderTokenizer:
         self.add_special_tokens = add_special_tokens
 
     def encode(self, text: str) -> list[int]:
+        """The token ids of ``text`` (with the special tokens the file adds, if asked)."""
         return self._tokenizer.encode(text, add_special_tokens=self.add_special_tokens).ids
 
     def decode(self, ids) -> str:
+        """The text of token ids (a list or a tensor), special tokens kept."""
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
         return self._tokenizer.decode(ids, skip_special_tokens=False)
 
@@ -91,6 +93,7 @@ class FolderTokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """The number of tokens, added tokens included."""
         return self._tokenizer.get_vocab_size(with_added_tokens=True)
 
 
