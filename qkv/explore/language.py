@@ -31,6 +31,7 @@ from .views import attention_view, decoded_text, model_device, token_labels
 
 __all__ = [
     "LanguageModelAdapter",
+    "LlamaAdapter",
     "induction_scores",
     "causal_attention",
     "prompt_ids",
@@ -179,4 +180,20 @@ def prompt_ids(item, index: int, tokenizer) -> list[int]:
     return ids
 
 
+class LlamaAdapter(LanguageModelAdapter):
+    """A Llama-family LM (``qkv.models.llama.LlamaLM``: Llama, Qwen2, Mistral folders): the
+    language model's page; its positions are always (scaled) RoPE."""
+
+    def facts(self, model: nn.Module) -> dict[str, Any]:
+        config = model.config
+        return dict(
+            layers=config.num_layers,
+            heads=config.num_heads,
+            kv_heads=config.num_kv_heads,
+            positions="rope",
+            window=config.sliding_window,
+        )
+
+
 register_explorer("lm", LanguageModelAdapter())
+register_explorer("llama", LlamaAdapter())

@@ -142,7 +142,10 @@ def load_folder(path: str | Path, *, device: str | torch.device = "cpu") -> Load
     if not any((folder / name).is_file() for name in WEIGHT_FILES):
         raise MissingFileError(f"{folder} has no weights ({' or '.join(WEIGHT_FILES)})")
     encoder = model_type == "bert"
-    tokenizer = FolderTokenizer.from_folder(folder, specials=encoder)  # before the weights
+    # BERT's [CLS]/[SEP] and the Llama family's BOS are what the models were trained with (the
+    # tokenizer file's post-processor says which); GPT-2 adds nothing
+    specials = model_type != "gpt2"
+    tokenizer = FolderTokenizer.from_folder(folder, specials=specials)  # before the weights
     if encoder:
         model, _ = loader(folder)
         model = model.to(device)

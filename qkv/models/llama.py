@@ -31,6 +31,7 @@ from qkv.layers.scaled_rotary import ScaledRotaryEmbedding
 from .base import StepOutput
 from .llama_config import LlamaConfig
 from .lm import LMOutput, LMState, _check_ids
+from .registry import register_model
 
 __all__ = ["LlamaLM", "LlamaBlock", "LlamaConfig", "sliding_window_mask"]
 
@@ -206,3 +207,6 @@ class LlamaLM(nn.Module):
                 "positions this model was trained for (max_position_embeddings); give at most "
                 f"{self.max_positions} tokens (qkv.decoding.sample slides a window)"
             )
+
+
+register_model("llama", LlamaConfig, LlamaLM)
