@@ -51,6 +51,15 @@ def test_window_must_be_a_positive_int(window):
 def test_the_task_setup_refuses_window_zero_early():
     from qkv.tasks.lm import LMSetup, lm_config
 
-    with pytest.raises(InputError, match="--window 0"):
+    with pytest.raises(InputError, match="window=0") as refused:
         LMSetup(window=0)
+    assert refused.value.fields == ("window",)  # the CLI names the flag that sets it
     assert lm_config(LMSetup(window=64), VOCAB).window == 64
+
+
+def test_the_cli_names_the_window_flag(tmp_path, capsys):
+    from qkv.cli.main import main
+
+    code = main(["train", "lm", "--out", str(tmp_path / "run"), "--window", "0"])
+    assert code == 2 and "--window 0" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
