@@ -12,6 +12,7 @@ from typing import NoReturn
 
 from ..errors import QkvError
 from . import (
+    attention_commands,
     captioning_commands,
     classifier_commands,
     curve_commands,
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     captioning_commands.register(commands, train_tasks)
     curve_commands.register(commands)
     explore_commands.register(commands)
+    attention_commands.register(commands)
     classifier_commands.register(commands, train_tasks)
     lm_commands.register(commands, train_tasks)
     return parser

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -33,26 +33,14 @@ from qkv.functional.backends.chunked_kernel import compute_dtype, tile_backward,
 from qkv.functional.checks import check_tensors
 from qkv.functional.heads import repeat_kv
 
-from .layout import SequenceLayout, local_layout
+from .layout import local_layout
+from .ring_schedule import _pairs, _Ring
 
 __all__ = ["ring_attention", "RingPeerError"]
 
 
 class RingPeerError(QkvError):
     """A rank of the ring stopped answering (it died, or the process group timed out)."""
-
-
-class _Ring(NamedTuple):
-    """What forward and backward share besides tensors."""
-
-    layout: SequenceLayout
-    group: Any
-    next_peer: int  # global ranks, as the point-to-point ops want them
-    prev_peer: int
-    causal: bool
-    mask_mod: Any
-    scale: float
-    block_size: int
 
 
 def ring_attention(
@@ -226,49 +214,6 @@ def _sum_heads(grad: Tensor, kv_heads: int) -> Tensor:
     if heads == kv_heads:
         return grad
     return grad.view(batch, kv_heads, heads // kv_heads, length, width).sum(2)
-
-
-# -- which pairs of chunks meet at a step ----------------------------------------------------
-
-
-def _pairs(ring: _Ring, step: int, query: Tensor):
-    """(query rows, key cols, mask or None, causal diagonal) for each pair of a local query
-    chunk and a chunk of the keys held at ``step`` (those of rank r - step) that has any
-    allowed score; pairs entirely masked are skipped."""
-    layout = ring.layout
-    source = (layout.rank - step) % layout.world_size
-    size = layout.chunk_len
-    for qi, q_chunk in enumerate(layout.chunks):
-        rows = slice(qi * size, (qi + 1) * size)
-        for ki, k_chunk in enumerate(layout.chunks_of(source)):
-            if ring.causal and k_chunk > q_chunk:
-                continue  # entirely in the future
-            cols = slice(ki * size, (ki + 1) * size)
-            diagonal = ring.causal and k_chunk == q_chunk
-            mask = None
-            if ring.mask_mod is not None:
-                mask = _mask_tile(ring.mask_mod, query, q_chunk * size, k_chunk * size, size)
-                if diagonal:
-                    mask = (
-                        mask & torch.ones(size, size, dtype=torch.bool, device=mask.device).tril()
-                    )
-                    diagonal = False
-                if not bool(mask.any()):
-                    continue
-            yield rows, cols, mask, diagonal
-
-
-def _mask_tile(mask_mod, query: Tensor, q_start: int, k_start: int, size: int) -> Tensor:
-    """The block mask of one pair of chunks: (B or 1, H or 1, size, size) bool."""
-    (batch, heads), device = query.shape[:2], query.device
-    b = torch.arange(batch, device=device)[:, None, None, None]
-    h = torch.arange(heads, device=device)[None, :, None, None]
-    q_idx = torch.arange(q_start, q_start + size, device=device)[None, None, :, None]
-    kv_idx = torch.arange(k_start, k_start + size, device=device)[None, None, None, :]
-    tile = torch.as_tensor(mask_mod(b, h, q_idx, kv_idx))
-    if tile.dtype != torch.bool:
-        raise InputError(f"block_mask.mask_mod must return booleans, got {tile.dtype}")
-    return torch.broadcast_to(tile, torch.broadcast_shapes(tile.shape, (1, 1, size, size)))
 
 
 # -- the transport ---------------------------------------------------------------------------

@@ -26,17 +26,24 @@ tricks are marked where they happen:
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-__all__ = ["ChunkedAttentionFunction", "compute_dtype", "tile_forward", "tile_backward"]
+from .chunked_tiles import (
+    LN2,
+    LOG2E,
+    _accumulate,
+    _flat,
+    _Group,
+    _key_blocks,
+    _Mask,
+    _Options,
+    _tile,
+    _with_ones,
+)
 
-LOG2E, LN2 = math.log2(math.e), math.log(2.0)
+__all__ = ["ChunkedAttentionFunction", "compute_dtype", "tile_forward", "tile_backward"]
 
 #: Scores per tile (32 MiB in float32): big matmuls and few ops; each op is a parallel region,
 #: which on a busy machine costs a scheduler slice, so fewer, larger tiles are faster there.
@@ -46,14 +53,6 @@ TILE_ELEMENTS = 1 << 23
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype the kernel works in: half precisions accumulate in float32."""
     return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
-
-
-class _Group(NamedTuple):
-    """A batch/head range whose tensors view as (n, T, D) without copying."""
-
-    batches: slice
-    heads: slice
-    size: int
 
 
 def _head_groups(batch: int, heads: int, tile_rows: int, tile_cols: int) -> list[_Group]:
@@ -75,83 +74,6 @@ def _head_groups(batch: int, heads: int, tile_rows: int, tile_cols: int) -> list
         for b in range(batch)
         for h in range(0, heads, step)
     ]
-
-
-def _flat(tensor: Tensor, group: _Group) -> Tensor:
-    """(B, H, T, D) -> the group's (n, T, D) view."""
-    part = tensor[group.batches, group.heads]
-    return part.view(group.size, *part.shape[2:])
-
-
-def _key_blocks(
-    rows: slice, key_len: int, block: int, causal: bool, offset: int, device: torch.device
-) -> Iterator[tuple[slice, Tensor | None]]:
-    """The key blocks query ``rows`` may see: (cols, causal blocked (bq, bk) or None).
-
-    Causal (end-aligned): row i sees key j iff j <= i + offset, offset = Tk - Tq.  Blocks
-    entirely above the diagonal are skipped; blocks entirely below need no causal mask.
-    """
-    for k0 in range(0, key_len, block):
-        cols = slice(k0, min(k0 + block, key_len))
-        if not causal or cols.stop - 1 <= rows.start + offset:
-            yield cols, None
-        elif cols.start <= rows.stop - 1 + offset:
-            row_limit = torch.arange(rows.start, rows.stop, device=device)[:, None] + offset
-            yield cols, torch.arange(cols.start, cols.stop, device=device)[None, :] > row_limit
-
-
-def _tile(buffer: Tensor, group: _Group, rows: slice, cols: slice) -> Tensor:
-    """A (n, bq, bk) view at the start of a reused flat buffer."""
-    shape = (group.size, rows.stop - rows.start, cols.stop - cols.start)
-    return buffer[: shape[0] * shape[1] * shape[2]].view(shape)
-
-
-def _with_ones(tensor: Tensor) -> Tensor:
-    """(n, T, D) -> (n, T, D + 1), a column of ones appended."""
-    return torch.cat([tensor, tensor.new_ones(*tensor.shape[:-1], 1)], -1)
-
-
-def _accumulate(total: Tensor | None, left: Tensor, right: Tensor) -> Tensor:
-    """total + left @ right, batched; the first product is written, not added to zeros."""
-    return torch.bmm(left, right) if total is None else total.baddbmm_(left, right)
-
-
-class _Mask(NamedTuple):
-    """The user's mask as the kernel applies it: ``blocked`` (bool, True = may NOT attend)
-    or ``bias`` (float), each a stride-0 expanded view to (B, H, Tq, Tk)."""
-
-    blocked: Tensor | None
-    bias: Tensor | None
-
-    @staticmethod
-    def of(mask: Tensor | None, shape: tuple[int, int, int, int]) -> _Mask:
-        if mask is None:
-            return _Mask(None, None)
-        if mask.dtype == torch.bool:
-            return _Mask((~mask).expand(shape), None)  # inverted once, at the mask's own size
-        return _Mask(None, mask.expand(shape))
-
-    def apply(
-        self, scores: Tensor, group: _Group, rows: slice, cols: slice, causal: Tensor | None
-    ) -> None:
-        """Mask one tile of base-2 scores (n, bq, bk) in place."""
-        heads = group.heads.stop - group.heads.start
-        tile = scores.view(-1, heads, *scores.shape[1:])  # (bb, hh, bq, bk)
-        if self.blocked is not None:
-            tile.masked_fill_(self.blocked[group.batches, group.heads, rows, cols], float("-inf"))
-        elif self.bias is not None:
-            tile.add_(self.bias[group.batches, group.heads, rows, cols], alpha=LOG2E)
-        if causal is not None:
-            scores.masked_fill_(causal, float("-inf"))
-
-
-class _Options(NamedTuple):
-    """Everything but the tensors that the forward and the backward share."""
-
-    mask: _Mask | None
-    causal: bool
-    scale: float
-    block: int
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, options: _Options) -> tuple[Tensor, Tensor]:

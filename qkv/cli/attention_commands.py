@@ -1,0 +1,128 @@
+"""`qkv attention`: one attention as a heatmap (PNG) and/or every layer's and head's
+weights as arrays (.npz)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .explore_commands import add_model_options
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    attention = commands.add_parser(
+        "attention",
+        help="plot one attention as a heatmap (PNG), or write every layer's and head's "
+        "weights (.npz)",
+        description="Translate one sentence and plot which source tokens each generated "
+        "token attended to; for a language model, plot the causal self-attention of the text. "
+        "--weights-out writes every layer's and head's weights, one array per attention "
+        "named by its view (e.g. decoder.layer0, cross.layer1, self.layer2: (H, Tq, Tk)), "
+        "with the tokens as `tokens` (and `source_tokens` for a translator)."
+        "\n\nexample:\n"
+        '  qkv attention --checkpoint qkv-demo "Tuesday, March 3, 1998" --out alignment.png '
+        "--layer 1 --head 0\n"
+        '  qkv attention --checkpoint runs/lm "And God said" --layer 1 --head 2 --out lm.png\n'
+        '  qkv attention --checkpoint runs/lm "And God said" --weights-out lm.npz',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_options(attention)
+    attention.add_argument("sentence", help="the source sentence (a language model: the text)")
+    attention.add_argument("--out", help="PNG file to write")
+    attention.add_argument(
+        "--weights-out", metavar="FILE.npz", help="write every layer's and head's weights"
+    )
+    attention.add_argument(
+        "--layer", type=int, help="decoder layer (a language model: block; default: the last)"
+    )
+    attention.add_argument("--head", type=int, help="head (default: the mean over heads)")
+    attention.add_argument(
+        "--all-heads", action="store_true", help="one panel per head of the layer"
+    )
+    attention.add_argument(
+        "--beam", type=int, default=1, help="beam size for the translation (default: 1)"
+    )
+    attention.set_defaults(run=_attention)
+
+
+def _attention(args: argparse.Namespace) -> int:
+    from ..errors import InputError
+    from ..training import checkpoint_model_type
+
+    if not args.out and not args.weights_out:
+        raise InputError("say what to write: --out heatmap.png, --weights-out weights.npz, or both")
+    if args.out and not args.out.lower().endswith(".png"):
+        raise InputError(f"--out {args.out!r} must be a .png file")
+    if args.weights_out and not args.weights_out.lower().endswith(".npz"):
+        raise InputError(f"--weights-out {args.weights_out!r} must be a .npz file")
+    for path in (args.out, args.weights_out):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise InputError(f"the folder of {path!r} does not exist; create it first")
+    if args.pretrained:
+        from ..explore import load_folder
+
+        loaded = load_folder(args.pretrained)
+        return _text_attention(args, loaded.model, loaded.tokenizer)
+    if checkpoint_model_type(args.checkpoint) == "lm":
+        from ..tasks.lm import load_lm
+
+        lm = load_lm(args.checkpoint)
+        return _text_attention(args, lm.model, lm.tokenizer)
+    return _translation_attention(args)
+
+
+def _text_attention(args: argparse.Namespace, model, tokenizer) -> int:
+    """A model that reads one sequence: a language model, a BERT encoder."""
+    from ..explore import plot_attention, text_attention, write_weights
+
+    view, tokens, layers = text_attention(model, tokenizer, args.sentence)
+    if args.weights_out:
+        path = write_weights(args.weights_out, {view: layers}, tokens=tokens)
+        print(f"weights: {path}")
+    if args.out:
+        path = plot_attention(
+            layers,
+            tokens,
+            tokens,
+            args.out,
+            name=f"{view} self-attention",
+            layer=args.layer,
+            head=args.head,
+            all_heads=args.all_heads,
+        )
+        print(f"heatmap: {path}")
+    return 0
+
+
+def _translation_attention(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..data import BOS_ID
+    from ..explore import teacher_forced_attention, write_weights
+    from ..tasks import Translator, plot_translation_attention
+
+    translator = Translator.from_checkpoint(args.checkpoint)
+    (translation,) = translator.translate([args.sentence], beam=args.beam)
+    print(f"{translation.source} -> {translation.text}")
+    if args.weights_out:
+        source = torch.tensor(translator.encode_sources([translation.source]))
+        target_input = torch.tensor([[BOS_ID, *translation.ids]])
+        attention = teacher_forced_attention(translator.model, source, target_input)
+        path = write_weights(
+            args.weights_out,
+            attention,
+            tokens=["<s>", *translation.tokens],
+            source_tokens=translation.source_tokens,
+        )
+        print(f"weights: {path}")
+    if args.out:
+        path = plot_translation_attention(
+            translator,
+            translation,
+            args.out,
+            layer=args.layer,
+            head=args.head,
+            all_heads=args.all_heads,
+        )
+        print(f"heatmap: {path}")
+    return 0
