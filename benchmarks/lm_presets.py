@@ -38,6 +38,7 @@ from qkv.tasks.lm import encode_text, load_lm
 from qkv.training import read_pointer
 
 NANO = "--context 64 --batch-size 12 --dropout 0"
+NANO_OPT = "--weight-decay 0.1 --beta2 0.99"
 #: candidate name -> flags over ``qkv train lm --size small`` (first: the preset as it is)
 CANDIDATES: dict[str, list[str]] = {
     "preset": [],
@@ -48,6 +49,28 @@ CANDIDATES: dict[str, list[str]] = {
     "nanoGPT's recipe (cosine to 1e-4 over 2,000 steps)": shlex.split(
         f"{NANO} --weight-decay 0.1 --beta2 0.99 --lr 1e-3 --schedule cosine --min-lr 1e-4"
         " --warmup-steps 100 --max-steps 2000"
+    ),
+    "nanoGPT's recipe over 6 minutes (cosine over 4,500 steps)": shlex.split(
+        f"{NANO} --weight-decay 0.1 --beta2 0.99 --lr 1e-3 --schedule cosine --min-lr 1e-4"
+        " --warmup-steps 100 --max-steps 4500"
+    ),
+    "nanoGPT's shape, lr 2e-3, cosine over 4,500 steps": shlex.split(
+        f"{NANO} --weight-decay 0.1 --beta2 0.99 --lr 2e-3 --schedule cosine --min-lr 2e-4"
+        " --warmup-steps 100 --max-steps 4500"
+    ),
+    "nanoGPT's shape, lr 2e-3, cosine to 2e-4 fitted to the clock": shlex.split(
+        f"{NANO} {NANO_OPT} --lr 2e-3 --schedule cosine --min-lr 2e-4 --warmup-steps 100"
+    ),
+    "context 128, batch 8, lr 2e-3, cosine to 2e-4 fitted to the clock": shlex.split(
+        f"--context 128 --batch-size 8 --dropout 0 {NANO_OPT} --lr 2e-3 --schedule cosine"
+        " --min-lr 2e-4 --warmup-steps 100"
+    ),
+    "nanoGPT's shape, lr 3e-3, cosine to 3e-4 fitted to the clock": shlex.split(
+        f"{NANO} {NANO_OPT} --lr 3e-3 --schedule cosine --min-lr 3e-4 --warmup-steps 100"
+    ),
+    "context 64, batch 16, lr 2e-3, cosine to 2e-4 fitted to the clock": shlex.split(
+        f"--context 64 --batch-size 16 --dropout 0 {NANO_OPT} --lr 2e-3 --schedule cosine"
+        " --min-lr 2e-4 --warmup-steps 100"
     ),
     "context 128, batch 16, dropout 0, wd 0.1, beta2 0.99": shlex.split(
         "--dropout 0 --weight-decay 0.1 --beta2 0.99"

@@ -128,7 +128,6 @@ def test_sequence_loss_of_bfloat16_logits_is_float32_and_padding_counts_nothing(
         ({"accumulate": 0}, "accumulate=0"),
         ({"label_smoothing": 1.0}, "label_smoothing=1.0"),
         ({"epochs": None}, "at least one budget"),
-        ({"schedule": "cosine", "epochs": None, "max_minutes": 5.0}, "cosine"),
         ({"device": "tpu"}, "device='tpu'"),
         ({"min_lr": 1.0, "lr": 0.1}, "min_lr=1.0"),
         ({"patience": 0}, "patience=0"),

@@ -36,7 +36,9 @@ class TrainConfig:
 
     lr: peak learning rate, reached at the end of warm-up.
     schedule: "inverse_sqrt" (Vaswani et al. 2017: linear warm-up then lr * sqrt(warmup/step)),
-        "cosine" (linear warm-up then half a cosine down to ``min_lr`` at the last step) or
+        "cosine" (linear warm-up then half a cosine down to ``min_lr`` at the last step the
+        budgets allow; with ``max_minutes``, the steps the clock allows at the speed of the
+        run's first steps, fixed once at the end of warm-up) or
         "plateau" (linear warm-up then constant, multiplied by ``plateau_factor`` each time
         the validation loss has not improved for ``plateau_patience`` validations, as the
         low-resource recipes do; needs validation data).  The plateau schedule watches the
@@ -127,9 +129,11 @@ class TrainConfig:
             _check_positive_finite("max_minutes", self.max_minutes)
         if self.epochs is None and self.max_steps is None and self.max_minutes is None:
             raise ValueError("set at least one budget: epochs, max_steps or max_minutes")
-        if schedule.needs_length and self.epochs is None and self.max_steps is None:
+        clock = schedule.fits_clock and self.max_minutes is not None
+        if schedule.needs_length and self.epochs is None and self.max_steps is None and not clock:
             raise ValueError(
                 f"schedule={self.schedule!r} needs a known length: set max_steps or epochs"
+                + (" (or max_minutes)" if schedule.fits_clock else "")
             )
         _check_int("validate_every", self.validate_every, minimum=0)
         _check_int("eval_batches", self.eval_batches, minimum=0)

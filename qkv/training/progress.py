@@ -136,6 +136,11 @@ class ProgressBar:
     def update(self, steps: int = 1) -> None:
         self.bar.update(steps)
 
+    def set_total(self, total: int) -> None:
+        """The steps the run now plans (a schedule fitted to the clock)."""
+        self.bar.total = total
+        self.bar.refresh()
+
     def set_postfix(self, **values: Any) -> None:
         self.bar.set_postfix(values, refresh=False)
 

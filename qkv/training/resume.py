@@ -15,6 +15,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from ..errors import CheckpointError, RunError
 from ..models.registry import config_to_dict, model_type_of
 from .checkpoint import load_trainer_state, load_weights, read_pointer, save_checkpoint
+from .clock_fit import on_the_clock
 from .config import TrainConfig
 from .distributed import DistributedContext, all_gather_object, barrier
 from .optimizer import make_optimizer
@@ -180,7 +181,7 @@ def schedule_length(
     run's learning rates are the uninterrupted run's, step for step)."""
     length = None if saved is None else saved["state"].get("schedule_steps")
     if length is None:  # a new run (or a checkpoint written before lengths were saved)
-        return total_steps
+        return None if on_the_clock(config) else total_steps  # None: the trainer fixes it
     if config.schedule == "cosine" and (total_steps or math.inf) > length:
         warnings.warn(
             f"the cosine schedule of this run ends at step {length} (fixed when it started); "

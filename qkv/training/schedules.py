@@ -26,6 +26,8 @@ __all__ = [
     "cosine_multiplier",
     "inverse_sqrt_schedule",
     "cosine_schedule",
+    "CosineMultiplier",
+    "CosineLR",
     "PlateauMultiplier",
     "PlateauLR",
     "ScheduleKind",
@@ -67,19 +69,76 @@ def inverse_sqrt_schedule(optimizer: Optimizer, *, warmup_steps: int) -> LambdaL
 
 
 def cosine_schedule(
-    optimizer: Optimizer, *, warmup_steps: int, total_steps: int, floor: float = 0.0
-) -> LambdaLR:
-    """Cosine schedule with warm-up; ``floor`` is the final lr as a fraction of the peak."""
-    if total_steps < 1:
+    optimizer: Optimizer, *, warmup_steps: int, total_steps: int | None, floor: float = 0.0
+) -> CosineLR:
+    """Cosine schedule with warm-up; ``floor`` is the final lr as a fraction of the peak.
+    ``total_steps`` None: the length is fixed later (``CosineLR.fix_length``)."""
+    if total_steps is not None and total_steps < 1:
         raise ValueError(f"total_steps={total_steps} must be >= 1")
     if not 0.0 <= floor <= 1.0:
         raise ValueError(f"floor={floor} must lie in [0, 1] (a fraction of the peak lr)")
-    return LambdaLR(
-        optimizer,
-        _one_based(
-            cosine_multiplier, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor
-        ),
-    )
+    return CosineLR(optimizer, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor)
+
+
+class CosineMultiplier:
+    """:func:`cosine_multiplier` of a length that may be fixed after the run has started
+    (a run on the clock knows its length only once it has timed some steps): until then,
+    the linear warm-up and then 1; the half cosine then runs from ``decay_start`` (the
+    step the length was fixed at, or the warm-up's end if later) to ``total_steps``, so the
+    lr never jumps.  The attributes are the whole state (``LambdaLR`` checkpoints them), so
+    a resumed run keeps the length its first part fixed."""
+
+    def __init__(self, *, warmup_steps: int, total_steps: int | None, floor: float):
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.floor = floor
+        self.decay_start = warmup_steps
+
+    def __call__(self, index: int) -> float:
+        """The multiplier of update ``index + 1`` (``LambdaLR``'s 0-based convention)."""
+        step = index + 1
+        if self.total_steps is None or step <= self.decay_start:
+            return min(step / self.warmup_steps, 1.0) if self.warmup_steps > 0 else 1.0
+        return cosine_multiplier(
+            step - self.decay_start + self.warmup_steps,
+            warmup_steps=self.warmup_steps,
+            total_steps=self.total_steps - self.decay_start + self.warmup_steps,
+            floor=self.floor,
+        )
+
+
+class CosineLR(LambdaLR):
+    """Warm-up, then half a cosine down to ``floor`` at ``total_steps`` (``CosineMultiplier``).
+
+    ``fix_length`` sets a length left open (None) and changes the lr of the next update at
+    once; before it, the lr holds at its peak after the warm-up."""
+
+    def __init__(
+        self, optimizer: Optimizer, *, warmup_steps: int, total_steps: int | None, floor: float
+    ):
+        multiplier = CosineMultiplier(
+            warmup_steps=warmup_steps, total_steps=total_steps, floor=floor
+        )
+        super().__init__(optimizer, multiplier)
+
+    @property
+    def multiplier(self) -> CosineMultiplier:
+        return self.lr_lambdas[0]  # LambdaLR shares the one object across param groups
+
+    @property
+    def length(self) -> int | None:
+        return self.multiplier.total_steps
+
+    def fix_length(self, total_steps: int) -> None:
+        """Fix the length of a schedule built without one; the decay starts from the lr of
+        the update just made (the peak, once warmed up)."""
+        if self.multiplier.total_steps is not None:
+            raise ValueError(f"the schedule's length is fixed already ({self.length} steps)")
+        if total_steps < 1:
+            raise ValueError(f"total_steps={total_steps} must be >= 1")
+        self.multiplier.total_steps = total_steps
+        self.multiplier.decay_start = max(self.multiplier.warmup_steps, self.last_epoch)
+        _set_next_lr(self)
 
 
 class PlateauMultiplier:
@@ -160,11 +219,17 @@ class PlateauLR(LambdaLR):
         """Record a validation loss; True when the lr decayed."""
         if not self.multiplier.observe(valid_loss, step=self.last_epoch):
             return False
-        rates = [base * self.multiplier(self.last_epoch) for base in self.base_lrs]
-        for group, lr in zip(self.optimizer.param_groups, rates, strict=True):
-            group["lr"] = lr
-        self._last_lr = rates  # what LRScheduler.step would have set: get_last_lr reads it
+        _set_next_lr(self)
         return True
+
+
+def _set_next_lr(scheduler: LambdaLR) -> None:
+    """Give the next update the lr of the scheduler's multiplier now (after a change to the
+    multiplier's state), not one step later."""
+    rates = [base * scheduler.lr_lambdas[0](scheduler.last_epoch) for base in scheduler.base_lrs]
+    for group, lr in zip(scheduler.optimizer.param_groups, rates, strict=True):
+        group["lr"] = lr
+    scheduler._last_lr = rates  # what LRScheduler.step would have set: get_last_lr reads it
 
 
 @dataclass(frozen=True)
@@ -172,13 +237,16 @@ class ScheduleKind:
     """A registered schedule: ``build(optimizer, *, warmup_steps, total_steps, floor,
     **options)`` makes it.  ``options``: the ``TrainConfig`` fields only this schedule reads
     (passed by those names).  ``needs_length``: it needs the run's length (``total_steps``);
-    ``needs_validation``: it listens to validation losses (``observe``)."""
+    ``needs_validation``: it listens to validation losses (``observe``); ``fits_clock``: it
+    can be built without a length and given one later (``fix_length``), so a run on the
+    clock (``max_minutes``) fixes it from the speed of its first steps."""
 
     name: str
     build: Callable[..., LambdaLR]
     options: tuple[str, ...] = ()
     needs_length: bool = False
     needs_validation: bool = False
+    fits_clock: bool = False
 
 
 _SCHEDULES: dict[str, ScheduleKind] = {}
@@ -213,7 +281,7 @@ def build_schedule(
     the peak; ``options`` are the schedule's own (the plateau's ``plateau_factor`` and
     ``plateau_patience``), the others' are ignored."""
     kind = schedule_kind(name)
-    if kind.needs_length and total_steps is None:
+    if kind.needs_length and total_steps is None and not kind.fits_clock:
         raise ValueError(f"the {name} schedule needs total_steps")
     own = {option: options[option] for option in kind.options if option in options}
     return kind.build(
@@ -225,7 +293,9 @@ def _inverse_sqrt(optimizer: Optimizer, *, warmup_steps: int, **_: Any) -> Lambd
     return inverse_sqrt_schedule(optimizer, warmup_steps=warmup_steps)
 
 
-def _cosine(optimizer: Optimizer, *, warmup_steps: int, total_steps: int, floor: float) -> LambdaLR:
+def _cosine(
+    optimizer: Optimizer, *, warmup_steps: int, total_steps: int | None, floor: float
+) -> LambdaLR:
     return cosine_schedule(
         optimizer, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor
     )
@@ -250,7 +320,7 @@ def _plateau(
 
 
 register_schedule(ScheduleKind("inverse_sqrt", _inverse_sqrt))
-register_schedule(ScheduleKind("cosine", _cosine, needs_length=True))
+register_schedule(ScheduleKind("cosine", _cosine, needs_length=True, fits_clock=True))
 register_schedule(
     ScheduleKind(
         "plateau", _plateau, options=("plateau_factor", "plateau_patience"), needs_validation=True

@@ -28,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ..errors import DataError, InputError
 from ..models.registry import model_type_of
 from .checkpoint import read_pointer
+from .clock_fit import ClockFit, on_the_clock
 from .config import TrainConfig
 from .context_parallel import check_context_parallel_model, plan_context_parallel
 from .distributed import peer_lost, setup_distributed, teardown_distributed
@@ -185,6 +186,11 @@ class Trainer(RunRecords):
             active=context.is_main,
             resume_step=self.state.step if resumed else None,
         )
+        self.clock_fit = None  # a schedule whose length the run's first steps fix
+        if self.state.schedule_steps is None and on_the_clock(config):
+            self.clock_fit = ClockFit.of(
+                config, start_step=self.state.step, other_budgets=self.total_steps
+            )
         self.window = LossWindow.resumed(self.state, context)
         self.started, self.elapsed_before = time.monotonic(), self.state.elapsed
         self.last_loss: float | None = None
@@ -228,6 +234,8 @@ class Trainer(RunRecords):
             if epoch_ended:
                 state.epoch, state.position = state.epoch + 1, 0
             bar.update(1)
+            if self.clock_fit is not None:
+                self._fit_schedule_to_clock(bar)
             if log_now(state.step, log_every=config.log_every):
                 self._log_window(lr, bar)
             stop = budget_spent(state, config)
@@ -241,6 +249,16 @@ class Trainer(RunRecords):
             if stop or epoch_ended:
                 return stop
         raise ValueError(f"epoch {state.epoch} gives no batches (position {state.position})")
+
+    def _fit_schedule_to_clock(self, bar: ProgressBar) -> None:
+        length = self.clock_fit.after_step(self.state.step, self._elapsed(), self.context)
+        if length is None:
+            return
+        self.clock_fit = None
+        self.scheduler.fix_length(length)
+        self.state.schedule_steps = length
+        bar.set_total(length)
+        self.log.write("schedule", step=self.state.step, length=length, elapsed=self._elapsed())
 
     def _finish(self, stop: str, signals: StopSignals) -> TrainResult:
         state = self.state
