@@ -72,6 +72,13 @@ CANDIDATES: dict[str, list[str]] = {
         f"--context 64 --batch-size 16 --dropout 0 {NANO_OPT} --lr 2e-3 --schedule cosine"
         " --min-lr 2e-4 --warmup-steps 100"
     ),
+    "context 64, batch 16, lr 3e-3, cosine to 3e-4 fitted to the clock": shlex.split(
+        f"--context 64 --batch-size 16 --dropout 0 {NANO_OPT} --lr 3e-3 --schedule cosine"
+        " --min-lr 3e-4 --warmup-steps 100"
+    ),
+    "nanoGPT's shape, lr 5e-3, cosine to 5e-4 fitted to the clock": shlex.split(
+        f"{NANO} {NANO_OPT} --lr 5e-3 --schedule cosine --min-lr 5e-4 --warmup-steps 100"
+    ),
     "context 128, batch 16, dropout 0, wd 0.1, beta2 0.99": shlex.split(
         "--dropout 0 --weight-decay 0.1 --beta2 0.99"
     ),

@@ -199,11 +199,13 @@ def test_lm_options_reach_the_train_config():
         return train_config(preset_for("lm", "small"), given_train_values(parse(argv)))
 
     default = config_of(["train", "lm", "--out", "x", "--max-steps", "5"])
-    assert default.eval_batches == 10 and default.weight_decay == 0.0
+    assert (default.eval_batches, default.weight_decay, default.betas) == (10, 0.1, (0.9, 0.99))
+    assert (default.schedule, default.lr, default.min_lr) == ("cosine", 3e-3, 3e-4)
     given = config_of(
         ["train", "lm", "--out", "x", "--max-steps", "5", "--eval-batches", "0"]
-        + ["--weight-decay", "0.1", "--beta2", "0.99"]
+        + ["--weight-decay", "0", "--beta2", "0.95", "--schedule", "inverse_sqrt"]
     )
-    assert (given.eval_batches, given.weight_decay, given.betas) == (0, 0.1, (0.9, 0.99))
+    assert (given.eval_batches, given.weight_decay, given.betas) == (0, 0.0, (0.9, 0.95))
+    assert given.schedule == "inverse_sqrt"
     with pytest.raises(InputError, match="weight_decay"):
         config_of(["train", "lm", "--out", "x", "--weight-decay", "2"])

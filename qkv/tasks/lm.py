@@ -50,7 +50,7 @@ class LMSetup:
     """What to train on and which language model to build (the trainer's knobs: TrainConfig).
 
     data: ``kjv`` or a UTF-8 text file (split as :mod:`qkv.data.text` states).
-    size: "small" (4 x 128, context 128) or "medium" (6 x 384, context 256).
+    size: "small" (4 x 128, context 64) or "medium" (6 x 384, context 256).
     context: tokens per training window (None: the size's); the model's ``max_len``.
     positions: "learned", "sinusoidal", "rope" or "alibi" (any registered position scheme).
     tokenizer: "char" or "bytebpe"; vocab_size for bytebpe.
@@ -69,7 +69,7 @@ class LMSetup:
     num_kv_heads: int | None = None
     dropout: float | None = None
     window: int | None = None
-    batch_size: int = 16
+    batch_size: int = 12
 
     def __post_init__(self) -> None:
         if self.size not in SIZES:
