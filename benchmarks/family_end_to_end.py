@@ -5,8 +5,8 @@
 
 Each family's README command (translation: the Transformer on ``dates``; captioning and the
 classifier on ``shapes``) runs for ``--minutes`` with timers around its pieces
-(``benchmarks.run_breakdown``); right after it, qkv's ``TrainStep`` runs on the run's first
-batches, already in memory, for a tenth of the budget.  End-to-end items (examples) and
+(``benchmarks.run_breakdown``); right after it, qkv's ``TrainStep`` runs on a uniform sample of
+the run's batches (32 step groups), already in memory, for a tenth of the budget.  End-to-end items (examples) and
 target tokens per second count the command's whole wall time, setup included; "clock"
 counts the trainer's clock (what ``--max-minutes`` counts: after the trainer's setup, whose
 first AdamW imports ``torch._dynamo``, a one-off of every PyTorch process).  The breakdown shows where the difference goes.

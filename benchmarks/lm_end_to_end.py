@@ -13,7 +13,7 @@ One process, in turn:
    collation; the step; logging and progress; validation; checkpoints; and the rest
    (building the model and optimizer, the loop's own bookkeeping).  The weights are copied
    at M/3, 2M/3 and M minutes of the trainer's clock (as `--max-minutes` counts);
-2. right after it, the bare step: qkv's ``TrainStep`` on the run's first batches, already in
+2. right after it, the bare step: qkv's ``TrainStep`` on a sample of the run's batches, already in
    memory, for a tenth of the budget (a copy of the model, a fresh optimizer);
 3. the plain loop of ``benchmarks.plain_lm_loop`` (nanoGPT's CPU recipe), until its 2,000
    iterations or M minutes, whichever ends first, weights copied at the same marks;

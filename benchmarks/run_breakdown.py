@@ -2,15 +2,17 @@
 
 ``instrumented_run`` calls the CLI in this process with timers around the pieces of a run
 (``GENERIC_PHASES`` plus a task's own), each counting its own time only (a collation inside
-validation is validation's).  It records the run's first batches; ``bare_step_rate`` then runs
-qkv's ``TrainStep`` on those batches, already in memory, with no loop around it: the speed the
-run would have with data, validation, logging and checkpoints free.
+validation is validation's).  It records a uniform sample of the run's batches;
+``bare_step_rate`` then runs qkv's ``TrainStep`` on those batches, already in memory, with no
+loop around it: the speed the run would have with data, validation, logging and checkpoints
+free.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -41,7 +43,7 @@ GENERIC_PHASES = [
     ("validation: evaluate callback", validation_module, "validate"),
     ("checkpoints", trainer_module.Trainer, "_save"),
 ]
-RECORDED_GROUPS = 16
+RECORDED_GROUPS = 32  # the step groups the bare step replays, drawn over the whole run
 PREPARE = GENERIC_PHASES[0][0]
 
 
@@ -92,7 +94,7 @@ def instrumented_run(
     argv: list[str], phases_of_task: list[tuple[str, object, str]], *, marks: list[float] = ()
 ) -> dict[str, Any]:
     """Run ``qkv *argv`` in this process with the phases timed.  Returns the model, its step
-    (``train_step``), the first groups of batches, the counts (steps, target tokens, items:
+    (``train_step``), a sample of its groups of batches, the counts (steps, target tokens, items:
     examples), the wall seconds (``trainer_seconds``: of the trainer alone), the Phases, and
     the weights at each minute mark of the trainer's clock (from the end of its setup, as
     ``--max-minutes`` counts; a mark after the end: the final weights)."""
@@ -101,13 +103,13 @@ def instrumented_run(
     timed = {(o, n): phases.wrap(p, getattr(o, n)) for p, o, n in GENERIC_PHASES + phases_of_task}
     timed_step = timed[(TrainStep, "__call__")]
     pending = sorted(marks)
+    draws = random.Random(0)
     start = time.perf_counter()
 
     def step(self: TrainStep, micro_batches: list, *, global_tokens: float) -> torch.Tensor:
         loss = timed_step(self, micro_batches, global_tokens=global_tokens)
         seen["train_step"] = self
-        if len(seen["groups"]) < RECORDED_GROUPS:
-            seen["groups"].append((micro_batches, global_tokens))
+        keep_in_sample(seen["groups"], (micro_batches, global_tokens), seen["steps"], draws)
         seen["tokens"] += int(global_tokens)
         seen["items"] += sum(len(batch.index) for batch in micro_batches)
         seen["steps"] += 1
@@ -141,6 +143,18 @@ def instrumented_run(
     return dict(
         seen, model=seen["train_step"].model, seconds=seconds, phases=phases, snapshots=snapshots
     )
+
+
+def keep_in_sample(sample: list, item: Any, seen: int, draws: random.Random) -> None:
+    """Reservoir sampling: after ``seen + 1`` items, ``sample`` holds ``RECORDED_GROUPS`` of
+    them drawn uniformly (the batches of a whole run, not its first ones: with batches of
+    many shapes, the first few are not the run's mix)."""
+    if len(sample) < RECORDED_GROUPS:
+        sample.append(item)
+        return
+    slot = draws.randrange(seen + 1)
+    if slot < RECORDED_GROUPS:
+        sample[slot] = item
 
 
 def weights_of(model: nn.Module) -> dict[str, torch.Tensor]:
