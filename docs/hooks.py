@@ -50,6 +50,8 @@ class RunOnce:
     ran: dict[tuple, str] = {}
     #: session -> blocks of it seen so far on the page being rendered
     positions: Counter = Counter()
+    #: blocks not run again, their output taken from the run of the same block
+    reused: int = 0
 
     def __init__(self, format_block):
         self.format_block = format_block
@@ -60,14 +62,52 @@ class RunOnce:
             return self.format_block(source, language, css_class, options, md, **kwargs)
         key = (session, self.positions[session], source, repr(sorted(options.items())))
         self.positions[session] += 1
-        if key not in self.ran:
+        if key in self.ran:
+            RunOnce.reused += 1
+        else:
             self.ran[key] = self.format_block(source, language, css_class, options, md, **kwargs)
         return self.ran[key]
 
 
+#: A reference page's line ``<!-- modules of qkv.x -->`` becomes one section per public
+#: module of the package (every ``.py`` file under it whose path has no part starting with
+#: ``_``; a subpackage is its ``__init__.py``): the module's docstring, its names being
+#: documented above it under the package, which exports them.
+MODULES = re.compile(r"^<!-- modules of (qkv(?:\.\w+)*) -->$", re.MULTILINE)
+
+
+def public_modules(package: str, root: Path) -> list[str]:
+    """The dotted names of the public modules under ``package`` (itself excluded), sorted."""
+    folder = root.joinpath(*package.split("."))
+    names = []
+    for path in sorted(folder.rglob("*.py")):
+        parts = path.relative_to(folder).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts and not any(part.startswith("_") for part in parts):
+            names.append(".".join((package, *parts)))
+    return names
+
+
+def module_sections(package: str, root: Path) -> str:
+    return "\n".join(
+        f"::: {name}\n    options:\n      members: false\n      heading_level: 3\n"
+        for name in public_modules(package, root)
+    )
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     RunOnce.positions.clear()  # positions count from each page's first block
-    return markdown
+    root = Path(config.config_file_path).parent
+    return MODULES.sub(lambda line: module_sections(line.group(1), root), markdown)
+
+
+def on_post_build(config) -> None:
+    logging.getLogger("mkdocs.hooks").info(
+        "tutorial code: %d blocks run, %d shown again without running (the other language)",
+        len(RunOnce.ran),
+        RunOnce.reused,
+    )
 
 
 class PageRun(NamedTuple):

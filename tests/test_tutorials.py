@@ -69,6 +69,17 @@ def test_a_failing_block_is_reported(tmp_path, monkeypatch):
         run_tutorial(page, "ran", tmp_path, monkeypatch)
 
 
+def test_a_block_runs_once_for_both_languages():
+    run_once, calls = hooks().RunOnce, []
+    formatter = run_once(lambda source, *rest, **options: calls.append(source) or f"<{source}>")
+    for _language in ("en", "zh"):
+        run_once.positions.clear()  # what on_page_markdown does for each page
+        shown = [formatter(code, "python", "", {"session": "t"}, None) for code in ("a", "b", "a")]
+        assert shown == ["<a>", "<b>", "<a>"]
+    assert calls == ["a", "b", "a"]  # the third block is a second block "a": it runs
+    assert formatter("a", "python", "", {"session": ""}, None) == "<a>" and len(calls) == 4
+
+
 def test_the_pages_are_the_ones_listed_here():
     pages = {p.stem for p in TUTORIALS.glob("0*.md") if not p.name.endswith(".zh.md")}
     assert pages == set(LIGHT) | set(HEAVY)
