@@ -1,6 +1,7 @@
 """MkDocs hook: add what ``docs/build.py`` generates (KaTeX from npm, the explorer example
-pages) to the site, so that nothing generated is ever committed under docs/; and run each
-tutorial's code once for both of its languages.
+pages) to the site, so that nothing generated is ever committed under docs/; run each
+tutorial's code once for both of its languages; list every module of a package on its
+reference page.
 
 The generated folder mirrors the site: ``build/docs/assets/katex/...`` becomes
 ``site/assets/katex/...``.  A missing folder fails the build and says what to run.
