@@ -5,7 +5,9 @@
 2. The explorer examples: one small model of each kind trained here for a few hundred steps
    (``qkv train``), and its page written by ``qkv explore`` to build/docs/examples/pages.
 3. ``mkdocs build --strict``: every warning (a broken link, a missing reference, a failing
-   tutorial cell) fails the build.  docs/hooks.py adds the generated folder to the site.
+   tutorial cell) fails the build.  docs/hooks.py adds the generated folder to the site and
+   runs each tutorial's code once: the Chinese page shows what the English page's run
+   printed (the code is the same; tests/test_tutorials.py checks it).
 
 ``--serve`` serves the site at http://127.0.0.1:8000 instead of writing it (after steps 1
 and 2); ``--reuse`` keeps the examples and tutorial models of an earlier build instead of training
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     install_katex()
     make_examples(args.reuse)
-    if not args.reuse:  # the tutorials train afresh (once: the Chinese pages reuse the models)
+    if not args.reuse:  # the tutorials train afresh
         shutil.rmtree(TUTORIAL_RUNS, ignore_errors=True)
     mkdocs = [sys.executable, "-m", "mkdocs"]
     if args.serve:

@@ -24,7 +24,10 @@ class AttentionMemory(NamedTuple):
 
 
 class Attention(nn.Module):
-    """z_i = sum_j alpha_ij v_j with alpha_ij = softmax_j(score(q_i, k_j)), k = W_K x, v = W_V x.
+    r"""z_i = sum_j alpha_ij v_j with alpha_ij = softmax_j(score(q_i, k_j)), k = W_K x, v = W_V x.
+
+    $$z_i = \sum_j \alpha_{ij}\, W_V x_j,\qquad
+    \alpha_{ij} = \mathrm{softmax}_j\big(a(q_i, W_K x_j)\big)$$
 
     Keys and values are separate projections of the inputs x: one decides *how relevant*,
     the other *what is passed on*.  ``key_dim=None`` / ``value_dim=None`` use x itself

@@ -24,12 +24,15 @@ class FeatureAttentionOutput:
 
 
 class SelfAttention2d(nn.Module):
-    """Every position of a feature map attends to every position of the same map:
+    r"""Every position of a feature map attends to every position of the same map:
 
         q_p = W_Q x_p,  k_p = W_K x_p   (1x1 convolutions to ``key_channels``, e.g. C / 8)
         v_p = W_V x_p                   (1x1 convolution, C channels)
         alpha_pj = softmax_j(q_p . k_j / sqrt(key_channels))   over the H * W positions
         y_p = x_p + gamma * sum_j alpha_pj v_j
+
+    $$\alpha_{pj} = \mathrm{softmax}_j\!\left(\frac{q_p \cdot k_j}{\sqrt{d_k}}\right),\qquad
+    y_p = x_p + \gamma \sum_j \alpha_{pj} v_j$$
 
     ``gamma`` is a learned scalar initialised at 0, so the layer starts as the identity and
     a pretrained CNN it is inserted into starts unchanged; training opens the gate as far as

@@ -20,12 +20,15 @@ __all__ = ["MultiHeadAttention"]
 
 
 class MultiHeadAttention(MultiHeadInputChecks, nn.Module):
-    """Project Q, K, V; split the width into heads; attend in each head; concatenate; project.
+    r"""Project Q, K, V; split the width into heads; attend in each head; concatenate; project.
 
     ``d_model = num_heads * head_dim``.  ``num_kv_heads`` < ``num_heads`` gives grouped-query
     attention (1 = multi-query): each key/value head serves num_heads / num_kv_heads query
     heads.  ``kdim``/``vdim``: widths of the key/value inputs (cross-attention over another
     model's states).  All tensors are batch-first (B, T, D).
+
+    $$\mathrm{MultiHead}(Q, K, V) = [\mathrm{head}_1; \dots; \mathrm{head}_h]\,W^O,\qquad
+    \mathrm{head}_i = \mathrm{softmax}\!\left(\frac{Q W_i^Q (K W_i^K)^\top}{\sqrt{d_h}}\right) V W_i^V$$
     """
 
     def __init__(

@@ -25,12 +25,15 @@ class PoolingOutput:
 
 
 class AttentionPooling(nn.Module):
-    """Q learned queries q_1..q_Q attend over the items x_1..x_T of each sequence:
+    r"""Q learned queries q_1..q_Q attend over the items x_1..x_T of each sequence:
 
         k_j = W_K x_j                       (key_dim wide)
         e_ij = q_i . k_j / sqrt(key_dim)    (scaled dot score)
         alpha_ij = softmax_j(e_ij)          over the items with mask True only
         z_i = sum_j alpha_ij v_j,  v_j = x_j (or W_V x_j when ``value_dim`` is given)
+
+    $$\alpha_{ij} = \mathrm{softmax}_j\!\left(\frac{q_i \cdot W_K x_j}{\sqrt{d_k}}\right),\qquad
+    z_i = \sum_j \alpha_{ij} v_j$$
 
     With ``value_dim=None`` each z_i is a weighted mean of the items themselves, so one
     query generalises mean pooling (equal weights) and max-like pooling (one-hot weights).
