@@ -91,6 +91,10 @@ class LanguageModelAdapter(ExplorerAdapter):
             positions=config.positions,
         )
 
+    def windows(self, model: nn.Module) -> list[int | None]:
+        """Per layer its sliding window (query i sees keys i - window < j <= i), or None."""
+        return [model.config.window] * model.config.num_layers
+
     @torch.no_grad()
     def text_attention(self, model, tokenizer, text, index: int = 0):
         """The ids of one text, and per layer its (H, T, T) float32 causal self-attention."""
@@ -129,6 +133,7 @@ class LanguageModelAdapter(ExplorerAdapter):
                 temperature=request.temperature,
                 top_k=request.top_k,
                 seed=request.seed,
+                eos_ids=request.eos_ids,
             )
         tokens = token_labels(tokenizer, ids[0].tolist())
         modules = self.attention_modules(model)
@@ -136,7 +141,8 @@ class LanguageModelAdapter(ExplorerAdapter):
         if len(tokens) > DENSE_TOKENS:  # q and k in the page, not T x T weights
             with catch_vectors(modules, range(len(modules))) as caught:
                 layers = causal_attention(model, ids)
-            view = compact_view("self", title, tokens, layers, caught, causal=True)
+            windows = self.windows(model)
+            view = compact_view("self", title, tokens, layers, caught, causal=True, windows=windows)
             vectors = stored_from(caught, request.vectors, len(modules))
         else:
             layers, vectors = stored_vectors(modules, request.vectors, causal_attention, model, ids)
@@ -193,6 +199,9 @@ class LlamaAdapter(LanguageModelAdapter):
             positions="rope",
             window=config.sliding_window,
         )
+
+    def windows(self, model: nn.Module) -> list[int | None]:
+        return [model.config.window_of(layer) for layer in range(model.config.num_layers)]
 
 
 register_explorer("lm", LanguageModelAdapter())

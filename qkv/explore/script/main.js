@@ -134,6 +134,7 @@ const pending = DATA.inputs.map((x, i) => x.image ? new Promise((resolve) => {
 window.qkv = {
   show, current, png, savePng, svg, saveSvg, data: DATA,
   neuron: () => neuronState,
+  pending: () => jobs.size, // a long input's mean or rollout being computed
   weight: (i, j) => drawn.matrix[i][j] / SCALE, // the weight the large matrix draws at (i, j)
 };
 fromHash();

@@ -57,14 +57,19 @@ function neuronRow(cells) {
 }
 
 function renderNeuron(x, v, s) {
-  const panel = $("neuron-panel");
-  panel.classList.toggle("hidden", !KIND.multiHead || v.vectors === undefined);
+  $("neuron-panel").classList.toggle("hidden", !KIND.multiHead);
   neuronState = null;
-  if (!KIND.multiHead || v.vectors === undefined) return;
-  const vec = v.vectors[String(s.layer)], note = $("neuron-note"), box = $("neuron");
+  if (!KIND.multiHead) return;
+  const note = $("neuron-note"), box = $("neuron");
   const i = Math.min(s.word, v.query_tokens.length - 1);
   $("neuron-title").textContent = `neuron view: layer ${s.layer}, ${headName(s.head)}, query ${i} \u201c${v.query_tokens[i]}\u201d`;
   box.replaceChildren();
+  if (v.vectors === undefined) { // a kind whose pages never store them (a translator's views)
+    note.textContent = `q, k and v are not stored in this page for the ${v.title}: the neuron ` +
+      "view is written for language models and encoders, with qkv explore --vectors";
+    return;
+  }
+  const vec = v.vectors[String(s.layer)];
   if (!vec) {
     const stored = Object.keys(v.vectors);
     note.textContent = `q, k and v were not stored for layer ${s.layer}` +
@@ -75,7 +80,7 @@ function renderNeuron(x, v, s) {
   if (vec.absent) { note.textContent = `no q, k, v for layer ${s.layer}: ${vec.absent}`; return; }
   if (typeof s.head !== "number") { note.textContent = "choose one head to see its steps"; return; }
   const steps = neuronSteps(vec, s.head, i, v.causal);
-  neuronState = { layer: s.layer, head: s.head, query: i, scores: steps.scores, weights: steps.weights, z: steps.z };
+  neuronState = { layer: s.layer, head: s.head, query: i, scores: steps.scores, weights: steps.weights, z: steps.z, steps };
   note.textContent = `z_i = \u03a3_j softmax_j(q_i\u00b7k_j / \u221a${steps.q.length}) v_j, from q, k, v stored ` +
     "to 5 significant digits; click a token to choose the query";
   const kTop = magnitude(steps.keys), pTop = magnitude(steps.products), vTop = magnitude(steps.values);
@@ -99,4 +104,36 @@ function renderNeuron(x, v, s) {
   table.prepend(qRow);
   table.append(zRow);
   box.append(table);
+}
+
+/** The neuron view drawn last as shapes, for its PNG and SVG: a row per key (its label, k_j,
+    q_i * k_j, the score, the weight, v_j), q_i above and z_i below.  Returns {width,
+    height, shapes}: each {x, y, w, h, fill} (a rectangle) or {x, y, text} (a label). */
+function neuronShapes(v, fg) {
+  const n = neuronState, steps = n.steps, cell = 6, row = 14, d = steps.q.length, strip = d * cell + 10;
+  const kTop = magnitude(steps.keys), pTop = magnitude(steps.products), vTop = magnitude(steps.values);
+  const wTop = Math.max(...steps.weights), label = 8 + 7.5 * Math.max(4, ...v.key_tokens.map((t) => short(t).length));
+  const columns = [4, label, label + strip, label + 2 * strip, label + 2 * strip + 70, label + 2 * strip + 140];
+  const shapes = [{ x: 4, y: 16, text: $("neuron-title").textContent, fill: fg }];
+  const strips = (values, top, left, y) => values.forEach((value, e) => shapes.push(
+    { x: left + e * cell, y, w: cell, h: row - 2, fill: diverging(value, top) }));
+  let y = 28;
+  ["key", "k_j", "q_i \u2299 k_j", "score", "weight", "v_j"].forEach((t, c) => shapes.push({ x: columns[c], y: y + 10, text: t, fill: fg }));
+  y += row;
+  shapes.push({ x: columns[0], y: y + 10, text: `q_${n.query}`, fill: fg });
+  strips(steps.q, magnitude([steps.q]), columns[1], y);
+  steps.keys.forEach((key, j) => {
+    y += row;
+    shapes.push({ x: columns[0], y: y + 10, text: short(v.key_tokens[j]), fill: fg });
+    strips(key, kTop, columns[1], y);
+    strips(steps.products[j], pTop, columns[2], y);
+    shapes.push({ x: columns[3], y: y + 10, text: steps.scores[j].toFixed(4), fill: fg });
+    shapes.push({ x: columns[4], y, w: 60, h: row - 2, fill: css(colour(steps.weights[j] / wTop)) });
+    shapes.push({ x: columns[4] + 4, y: y + 10, text: steps.weights[j].toFixed(4), fill: "#fff" });
+    strips(steps.values[j], vTop, columns[5], y);
+  });
+  y += row;
+  shapes.push({ x: columns[0], y: y + 10, text: `z_${n.query}`, fill: fg });
+  strips(steps.z, vTop, columns[5], y);
+  return { width: columns[5] + strip, height: y + row + 6, shapes };
 }

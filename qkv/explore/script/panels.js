@@ -62,13 +62,14 @@ const DOM_CELLS = 65536;
 
 function renderMatrix(x, v, s) {
   const m = matrixOf(s.input, v, s.layer, s.head);
-  const rows = m.length, cols = m[0].length, top = maxOf(m);
-  drawn.matrix = m;
-  if (rows * cols > DOM_CELLS) renderMatrixCanvas(v, m, top);
-  else renderMatrixCells(v, m, top);
   const where = KIND.multiHead ? `layer ${s.layer}, ${headName(s.head)}` : "";
   $("head-title").textContent = `${v.title}${where ? " \u2014 " + where : ""}`;
-  const error = v.compact ? ` \u00b7 computed in the page from float16 q, k: within ${v.max_error.toPrecision(2)} of the model's weights` : "";
+  drawn.matrix = m;
+  if (m === null) { renderPending(`${s.input}/${v.id}/${s.layer}/${s.head}`); return; }
+  const rows = m.length, cols = m[0].length, top = maxOf(m);
+  if (rows * cols > DOM_CELLS) renderMatrixCanvas(v, m, top);
+  else renderMatrixCells(v, m, top);
+  const error = v.compact ? compactError(v, s.head) : "";
   $("head-stats").textContent = describe(summaryOf(v, s.layer, s.head)) + error + (v.score !== undefined
     ? ` \u00b7 score ${v.score.toFixed(3)} (ranked by ${v.normalized_score.toFixed(3)})` : "");
   $("legend-max").textContent = "max " + (top / SCALE).toString() + " (colours scale to the matrix maximum)";
@@ -82,14 +83,10 @@ function renderMatrixCanvas(v, m, top) {
   const rows = m.length, cols = m[0].length, canvas = document.createElement("canvas");
   canvas.width = cols; canvas.height = rows; canvas.className = "matrix-canvas";
   const ctx = canvas.getContext("2d"), img = ctx.createImageData(cols, rows);
-  const palette = new Uint32Array(256).map((_, t) => { // RGBA bytes as one little-endian word
-    const [r, g, b] = colour(t / 255);
-    return ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
-  });
   const words = new Uint32Array(img.data.buffer), step = 255 / top;
   for (let i = 0; i < rows; i++) {
     const row = m[i], base = i * cols;
-    for (let j = 0; j < cols; j++) words[base + j] = palette[(row[j] * step + 0.5) | 0];
+    for (let j = 0; j < cols; j++) words[base + j] = PALETTE[(row[j] * step + 0.5) | 0];
   }
   ctx.putImageData(img, 0, 0);
   const side = Math.max(320, Math.min(900, $("matrix-scroll").clientWidth - 20));
@@ -104,6 +101,15 @@ function renderMatrixCanvas(v, m, top) {
   const grid = $("matrix");
   grid.style.gridTemplateColumns = "max-content";
   grid.replaceChildren(canvas);
+}
+
+/** A compact view's mean or rollout on the way: what has been computed so far. */
+function renderPending(key) {
+  const note = Object.assign(document.createElement("div"), { id: "pending-note", className: "muted" });
+  note.textContent = pendingText(key);
+  drawn.rowCells = []; drawn.colCells = []; drawn.rowLabels = []; drawn.colLabels = [];
+  $("head-stats").textContent = "";
+  $("matrix").replaceChildren(note);
 }
 
 function renderMatrixCells(v, m, top) {
