@@ -115,6 +115,32 @@ def test_the_neuron_view_steps_are_the_model_numbers(browser, pages, neuron_page
     assert (output - caught["out"][query]).abs().max() < 1e-3
 
 
+def test_the_neuron_view_exports_png_and_svg_with_its_numbers(browser, pages, neuron_page):
+    import xml.etree.ElementTree as ET
+
+    open_page(browser, pages, "neuron")
+    query = 4
+    browser.execute_script("window.qkv.show(arguments[0])", {"layer": 1, "head": 2, "word": query})
+    steps = browser.execute_script("return window.qkv.neuron()")
+    assert browser.execute_script("return window.qkv.png('neuron')").startswith(
+        "data:image/png;base64,"
+    )
+    root = ET.fromstring(browser.execute_script("return window.qkv.svg('neuron')"))
+    space = "{http://www.w3.org/2000/svg}"
+    texts = [t.text for t in root.iter(f"{space}text")]
+    assert all(f"{weight:.4f}" in texts for weight in steps["weights"])
+    assert all(f"{score:.4f}" in texts for score in steps["scores"])
+    dim = 16 // 4
+    rects = list(root.iter(f"{space}rect"))[1:]  # after the background
+    keys = query + 1  # causal: keys 0..query
+    assert len(rects) == dim + keys * (3 * dim + 1) + dim  # q; k, q*k, weight, v per key; z
+    browser.execute_script("window.qkv.show({layer: 0})")  # no vectors stored for layer 0
+    error = browser.execute_script(
+        "try { window.qkv.svg('neuron'); return ''; } catch (e) { return e.message; }"
+    )
+    assert "no steps" in error
+
+
 def test_the_neuron_view_says_when_vectors_are_absent(browser, pages, neuron_page):
     open_page(browser, pages, "neuron")
     browser.execute_script("window.qkv.show({layer: 0, head: 1})")
@@ -211,4 +237,14 @@ def test_a_long_input_is_computed_in_the_page_within_the_stated_error(browser, p
     assert max(view["max_error"], view["mean_error"], view["rollout_error"]) < 1e-3
     stats = browser.find_element("id", "head-stats").text
     assert "computed in the page from float16 q, k" in stats
+    if window is not None:  # which blocks flex_attention computed: its own block mask's
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        def within(b, h, q, k):
+            return (q - k >= 0) & (q - k < window)
+
+        blocks = create_block_mask(within, None, None, 1024, 1024, device="cpu").to_dense()
+        browser.execute_script("window.qkv.show({layer: 1, head: 0})")
+        stats = browser.find_element("id", "head-stats").text
+        assert f"flex_attention computed {int(blocks.sum())} of 64 blocks of 128" in stats
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

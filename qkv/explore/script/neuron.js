@@ -6,13 +6,14 @@
 
 let neuronState = null; // the steps drawn last, for qkv.neuron()
 
-/** The steps for query i of head h from a layer's stored vectors (causal: keys j <= i). */
-function neuronSteps(vec, head, i, causal) {
+/** The steps for query i of head h from a layer's stored vectors, over the keys it sees
+    (causal: j <= i; a sliding window: i - window < j), from key `first` on. */
+function neuronSteps(vec, head, i, causal, window) {
   const group = vec.q.length / vec.k.length, kv = Math.floor(head / group); // grouped KV heads
   const q = vec.q[head][i], keys = vec.k[kv], values = vec.v[kv];
-  const count = causal ? i + 1 : keys.length;
+  const count = causal ? i + 1 : keys.length, first = window ? Math.max(0, i - window + 1) : 0;
   const products = [], scores = [];
-  for (let j = 0; j < count; j++) {
+  for (let j = first; j < count; j++) {
     const p = q.map((value, d) => value * keys[j][d]);
     products.push(p);
     scores.push(p.reduce((a, b) => a + b, 0) * vec.scale);
@@ -21,8 +22,8 @@ function neuronSteps(vec, head, i, causal) {
   const exps = scores.map((value) => Math.exp(value - top));
   const total = exps.reduce((a, b) => a + b, 0);
   const weights = exps.map((value) => value / total);
-  const z = q.map((_, d) => weights.reduce((sum, w, j) => sum + w * values[j][d], 0));
-  return { q, keys: keys.slice(0, count), values: values.slice(0, count), products, scores, weights, z };
+  const z = q.map((_, d) => weights.reduce((sum, w, j) => sum + w * values[first + j][d], 0));
+  return { q, first, keys: keys.slice(first, count), values: values.slice(first, count), products, scores, weights, z };
 }
 
 /** Blue for negative, red for positive, white at 0, against the largest magnitude. */
@@ -79,8 +80,8 @@ function renderNeuron(x, v, s) {
   }
   if (vec.absent) { note.textContent = `no q, k, v for layer ${s.layer}: ${vec.absent}`; return; }
   if (typeof s.head !== "number") { note.textContent = "choose one head to see its steps"; return; }
-  const steps = neuronSteps(vec, s.head, i, v.causal);
-  neuronState = { layer: s.layer, head: s.head, query: i, scores: steps.scores, weights: steps.weights, z: steps.z, steps };
+  const steps = neuronSteps(vec, s.head, i, v.causal, v.windows?.[s.layer]);
+  neuronState = { layer: s.layer, head: s.head, query: i, first: steps.first, scores: steps.scores, weights: steps.weights, z: steps.z, steps };
   note.textContent = `z_i = \u03a3_j softmax_j(q_i\u00b7k_j / \u221a${steps.q.length}) v_j, from q, k, v stored ` +
     "to 5 significant digits; click a token to choose the query";
   const kTop = magnitude(steps.keys), pTop = magnitude(steps.products), vTop = magnitude(steps.values);
@@ -92,9 +93,9 @@ function renderNeuron(x, v, s) {
     const weight = document.createElement("span");
     weight.className = "weight"; weight.textContent = steps.weights[j].toFixed(4);
     weight.style.background = css(colour(steps.weights[j] / wTop));
-    const tr = neuronRow([v.key_tokens[j], strip(key, kTop, "key"), strip(steps.products[j], pTop, "product"),
+    const tr = neuronRow([v.key_tokens[steps.first + j], strip(key, kTop, "key"), strip(steps.products[j], pTop, "product"),
       steps.scores[j].toFixed(4), weight, strip(steps.values[j], vTop, "value")]);
-    tr.dataset.key = String(j);
+    tr.dataset.key = String(steps.first + j);
     tr.dataset.score = String(steps.scores[j]); tr.dataset.weight = String(steps.weights[j]);
     table.append(tr);
   });
@@ -124,7 +125,7 @@ function neuronShapes(v, fg) {
   strips(steps.q, magnitude([steps.q]), columns[1], y);
   steps.keys.forEach((key, j) => {
     y += row;
-    shapes.push({ x: columns[0], y: y + 10, text: short(v.key_tokens[j]), fill: fg });
+    shapes.push({ x: columns[0], y: y + 10, text: short(v.key_tokens[steps.first + j]), fill: fg });
     strips(key, kTop, columns[1], y);
     strips(steps.products[j], pTop, columns[2], y);
     shapes.push({ x: columns[3], y: y + 10, text: steps.scores[j].toFixed(4), fill: fg });
