@@ -251,3 +251,16 @@ def test_a_windowed_model_s_page_says_its_window_and_blocks():
     )
     plain = explore(tiny_lm(tokenizer.vocab_size), ["and god"], tokenizer=tokenizer)
     assert plain["inputs"][0]["views"][0]["blocks"] is None
+
+
+def test_generation_on_the_page_stops_at_an_end_token():
+    tokenizer = tiny_tokenizer()
+    model = tiny_lm(tokenizer.vocab_size)
+    prompt = torch.tensor([tokenizer.encode("and god")])
+    free = sample(model, prompt, max_new_tokens=8, temperature=0)[0, prompt.shape[1] :].tolist()
+    end = free[2]
+    data = explore(
+        model, ["and god"], tokenizer=tokenizer, generate=8, temperature=0, eos_ids=[end]
+    )
+    [page] = data["inputs"]
+    assert page["output_tokens"] == tokenizer.tokens(free[: free.index(end) + 1])

@@ -135,7 +135,8 @@ window.qkv = {
   show, current, png, savePng, svg, saveSvg, data: DATA,
   neuron: () => neuronState,
   pending: () => jobs.size, // a long input's mean or rollout being computed
-  weight: (i, j) => drawn.matrix[i][j] / SCALE, // the weight the large matrix draws at (i, j)
+  // the weight the large matrix draws at (i, j); null while a long page's mean or rollout is computed
+  weight: (i, j) => (drawn.matrix ? drawn.matrix[i][j] / SCALE : null),
 };
 fromHash();
 Promise.all(pending).then(() => {
