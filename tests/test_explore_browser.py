@@ -174,6 +174,14 @@ def test_show_layer_2_head_3_draws_that_heads_weights(browser, pages):
             assert abs(float(weight) - float(expected[row, col])) <= TOLERANCE
 
 
+def test_the_neuron_panel_says_a_translator_page_holds_no_q_k_v(browser, pages):
+    open_page(browser, pages, "transformer")
+    browser.execute_script("window.qkv.show({view: 'cross', layer: 1, head: 0})")
+    note = browser.find_element("id", "neuron-note").text
+    assert "q, k and v are not stored in this page" in note and "--vectors" in note
+    assert browser.execute_script("return window.qkv.neuron()") is None
+
+
 def test_mean_and_rollout_are_selectable_like_heads_and_keys_move_the_selection(browser, pages):
     open_page(browser, pages, "transformer")
     layer = pages["data"]["transformer"]["inputs"][0]["views"][0]["layers"][1]

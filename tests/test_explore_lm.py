@@ -234,3 +234,33 @@ def test_qkv_attention_writes_every_attention_of_a_transformer(tmp_path, capsys)
     for view, layers in expected.items():
         for index, weights in enumerate(layers):
             np.testing.assert_allclose(arrays[f"{view}.layer{index}"], weights.numpy(), atol=1e-6)
+
+
+def test_a_windowed_model_s_page_says_its_window_and_blocks():
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from qkv.explore.language import FLEX_BLOCK
+
+    tokenizer = tiny_tokenizer()
+    model = tiny_lm(tokenizer.vocab_size, layers=2, window=3)
+    view = explore(model, ["and god said"], tokenizer=tokenizer)["inputs"][0]["views"][0]
+    assert view["windows"] == [3, 3] and view["blocks"] == FLEX_BLOCK
+    assert create_block_mask(lambda b, h, q, k: q >= k, None, None, 8, 8, "cpu").BLOCK_SIZE == (
+        FLEX_BLOCK,
+        FLEX_BLOCK,
+    )
+    plain = explore(tiny_lm(tokenizer.vocab_size), ["and god"], tokenizer=tokenizer)
+    assert plain["inputs"][0]["views"][0]["blocks"] is None
+
+
+def test_generation_on_the_page_stops_at_an_end_token():
+    tokenizer = tiny_tokenizer()
+    model = tiny_lm(tokenizer.vocab_size)
+    prompt = torch.tensor([tokenizer.encode("and god")])
+    free = sample(model, prompt, max_new_tokens=8, temperature=0)[0, prompt.shape[1] :].tolist()
+    end = free[2]
+    data = explore(
+        model, ["and god"], tokenizer=tokenizer, generate=8, temperature=0, eos_ids=[end]
+    )
+    [page] = data["inputs"]
+    assert page["output_tokens"] == tokenizer.tokens(free[: free.index(end) + 1])

@@ -115,6 +115,32 @@ def test_the_neuron_view_steps_are_the_model_numbers(browser, pages, neuron_page
     assert (output - caught["out"][query]).abs().max() < 1e-3
 
 
+def test_the_neuron_view_exports_png_and_svg_with_its_numbers(browser, pages, neuron_page):
+    import xml.etree.ElementTree as ET
+
+    open_page(browser, pages, "neuron")
+    query = 4
+    browser.execute_script("window.qkv.show(arguments[0])", {"layer": 1, "head": 2, "word": query})
+    steps = browser.execute_script("return window.qkv.neuron()")
+    assert browser.execute_script("return window.qkv.png('neuron')").startswith(
+        "data:image/png;base64,"
+    )
+    root = ET.fromstring(browser.execute_script("return window.qkv.svg('neuron')"))
+    space = "{http://www.w3.org/2000/svg}"
+    texts = [t.text for t in root.iter(f"{space}text")]
+    assert all(f"{weight:.4f}" in texts for weight in steps["weights"])
+    assert all(f"{score:.4f}" in texts for score in steps["scores"])
+    dim = 16 // 4
+    rects = list(root.iter(f"{space}rect"))[1:]  # after the background
+    keys = query + 1  # causal: keys 0..query
+    assert len(rects) == dim + keys * (3 * dim + 1) + dim  # q; k, q*k, weight, v per key; z
+    browser.execute_script("window.qkv.show({layer: 0})")  # no vectors stored for layer 0
+    error = browser.execute_script(
+        "try { window.qkv.svg('neuron'); return ''; } catch (e) { return e.message; }"
+    )
+    assert "no steps" in error
+
+
 def test_the_neuron_view_says_when_vectors_are_absent(browser, pages, neuron_page):
     open_page(browser, pages, "neuron")
     browser.execute_script("window.qkv.show({layer: 0, head: 1})")
@@ -166,35 +192,59 @@ def test_a_char_level_lm_on_chinese_text_shows_the_characters(browser, pages, tm
     assert "我" in browser.execute_script("return window.qkv.svg('head')")
 
 
-def test_a_long_input_is_computed_in_the_page_within_the_stated_error(browser, pages):
+@pytest.mark.parametrize("window", [None, 100])
+def test_a_long_input_is_computed_in_the_page_within_the_stated_error(browser, pages, window):
     """Past DENSE_TOKENS the page holds q and k (float16) and computes a head's weights when
-    shown; they equal the model's within the error the page states, plus its rounding."""
+    shown, and the mean and rollout from them; they equal the model's within the errors the
+    page states, plus its rounding.  A sliding window's keys are the model's too."""
     from qkv.data import CharTokenizer
-    from qkv.explore.compact import DENSE_TOKENS
+    from qkv.explore import attention_rollout
 
     tokenizer = CharTokenizer.train(["abcdefghijklmnopqrstuvwxyz"])
-    model = tiny_lm(tokenizer.vocab_size, layers=2, heads=4, max_len=400)
+    model = tiny_lm(tokenizer.vocab_size, layers=2, heads=4, max_len=1024, window=window)
     ids = torch.randint(
-        4, tokenizer.vocab_size, (DENSE_TOKENS + 44,), generator=torch.Generator().manual_seed(0)
+        4, tokenizer.vocab_size, (1024,), generator=torch.Generator().manual_seed(0)
     )
     data = explore(model, [ids.tolist()], tokenizer=tokenizer)
     view = data["inputs"][0]["views"][0]
     assert view["compact"] and "heads" not in view["layers"][0]
+    assert [entry["compact"]["window"] for entry in view["layers"]] == [window, window]
     write_html(data, pages["folder"] / "long.html")
     started = time.perf_counter()
     open_page(browser, pages, "long")
-    print(f"long page ({len(ids)} tokens): open {time.perf_counter() - started:.2f} s")
+    print(
+        f"long page ({len(ids)} tokens, window {window}): open {time.perf_counter() - started:.2f} s"
+    )
     expected = causal_attention(model, ids[None])
-    bound = view["max_error"] + TOLERANCE
-    for layer, head in [(0, 1), (1, 3)]:
+    rollout = attention_rollout(expected)
+    picks = [(0, 0), (5, 2), (299, 0), (299, 150), (250, 249), (10, 200), (1023, 1000), (1023, 0)]
+    for layer, head in [(0, 1), (1, 3), (1, "mean"), (1, "rollout")]:
         browser.execute_script("window.qkv.show(arguments[0])", {"layer": layer, "head": head})
-        picks = [(0, 0), (5, 2), (299, 0), (299, 150), (250, 249), (10, 200)]
+        while browser.execute_script("return window.qkv.pending()"):
+            time.sleep(0.05)  # the mean and rollout are computed in slices
         drawn = browser.execute_script(
             "return arguments[0].map(([i, j]) => window.qkv.weight(i, j))", picks
         )
+        if head == "mean":
+            weights, error = expected[layer].mean(0), view["mean_error"]
+        elif head == "rollout":
+            weights, error = rollout[layer], view["rollout_error"]
+        else:
+            weights, error = expected[layer][head], view["max_error"]
         for (i, j), value in zip(picks, drawn, strict=True):
-            assert abs(value - float(expected[layer][head, i, j])) <= bound, (i, j)
+            assert abs(value - float(weights[i, j])) <= error + TOLERANCE, (head, i, j)
     assert browser.find_elements("css selector", ".matrix-canvas")
-    assert view["max_error"] < 1e-3
+    assert max(view["max_error"], view["mean_error"], view["rollout_error"]) < 1e-3
     stats = browser.find_element("id", "head-stats").text
     assert "computed in the page from float16 q, k" in stats
+    if window is not None:  # which blocks flex_attention computed: its own block mask's
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        def within(b, h, q, k):
+            return (q - k >= 0) & (q - k < window)
+
+        blocks = create_block_mask(within, None, None, 1024, 1024, device="cpu").to_dense()
+        browser.execute_script("window.qkv.show({layer: 1, head: 0})")
+        stats = browser.find_element("id", "head-stats").text
+        assert f"flex_attention computed {int(blocks.sum())} of 64 blocks of 128" in stats
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

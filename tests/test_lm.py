@@ -85,6 +85,22 @@ def test_greedy_sampling_is_the_argmax_of_the_full_pass_at_every_step():
         assert out[0, t] == model(out[:, :t]).logits[0, -1].argmax()
 
 
+def test_sampling_stops_once_every_sequence_has_drawn_an_end_token():
+    model = tiny_lm()
+    prompt = random_ids(2, 3)
+    free = sample(model, prompt, max_new_tokens=12, temperature=0)
+    end = int(free[0, 6])  # the first row's fourth new token ends it
+    stops = [[int(t) for t in row[3:]].index(end) if end in row[3:] else None for row in free]
+    ended = sample(model, prompt, max_new_tokens=12, temperature=0, eos_ids=[end])
+    last = 12 if None in stops else max(stops) + 1  # new tokens drawn
+    assert ended.shape == (2, 3 + last)
+    expected = free[:, : 3 + last].clone()
+    for row, stop in enumerate(stops):
+        if stop is not None:  # an ended sequence is continued with its end token
+            expected[row, 3 + stop :] = end
+    assert torch.equal(ended, expected)
+
+
 def test_seeded_sampling_is_reproducible_and_seeds_differ():
     model = tiny_lm()
     prompt = random_ids(4, 3)
@@ -169,7 +185,7 @@ def test_tied_embeddings_and_checkpoint_rebuild_by_name():
 
 def test_prompt_longer_than_learned_positions_names_the_fix():
     model = tiny_lm("learned", max_len=16)
-    with pytest.raises(InputError, match=r"prompt has 17 tokens.*max_len=16.*--positions"):
+    with pytest.raises(InputError, match=r"prompt has 17 tokens.*only 16 positions.*--positions"):
         sample(model, random_ids(1, 17), max_new_tokens=1)
     with pytest.raises(InputError, match=r"max_len=16.*--positions"):
         model(random_ids(1, 17))

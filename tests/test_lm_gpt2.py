@@ -25,9 +25,7 @@ def save_random_gpt2(folder, **overrides):
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
-        bos_token_id=None,
-        eos_token_id=None,
-        **overrides,
+        **({"bos_token_id": None, "eos_token_id": None} | overrides),
     )
     torch.manual_seed(0)
     reference = transformers.GPT2LMHeadModel(config).eval()
@@ -96,3 +94,21 @@ def test_the_folder_tokenizer_drives_generate_text(tmp_path):
             torch.tensor([ids]), max_new_tokens=12, do_sample=False, pad_token_id=0
         )
     assert text == loaded.tokenizer.decode(expected[0, len(ids) :])
+
+
+def test_generation_stops_at_the_folders_end_token_as_transformers_does(tmp_path):
+    from qkv.decoding import sample
+
+    free = save_random_gpt2(tmp_path / "free")
+    prompt = torch.tensor([[5, 17, 42]])
+    with torch.no_grad():
+        run = free.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    end = int(run[0, 6])
+    reference = save_random_gpt2(tmp_path / "ends", eos_token_id=end)  # the same weights
+    loaded = load_gpt2(tmp_path / "ends")
+    assert loaded.eos_ids == (end,)
+    with torch.no_grad():
+        expected = reference.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    assert int(expected[0, -1]) == end and expected.shape[1] < 15
+    ids = sample(loaded.model, prompt, max_new_tokens=12, temperature=0, eos_ids=loaded.eos_ids)
+    assert torch.equal(ids, expected)

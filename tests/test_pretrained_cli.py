@@ -47,4 +47,6 @@ def test_generate_refuses_what_cannot_generate_in_one_line(tmp_path, capsys):
     assert "--checkpoint RUN" in err and "--pretrained DIR" in err and len(err.splitlines()) == 1
     long_prompt = "the earth " * 40  # more tokens than the 64 positions
     assert main(["generate", "--pretrained", str(tmp_path), long_prompt]) == 2
-    assert "64 positions" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "64 positions (config.json)" in err and "at most 64 tokens" in err
+    assert "--positions" not in err  # a folder's positions are what it was trained with

@@ -169,6 +169,8 @@ def _pretrained_data(args: argparse.Namespace) -> dict:
     sampling = dict(
         generate=args.generate, temperature=args.temperature, top_k=args.top_k, seed=args.seed
     )
+    if args.generate:
+        sampling["eos_ids"] = loaded.eos_ids
     data = explore(
         loaded.model, inputs, tokenizer=loaded.tokenizer, vectors=args.vectors, **sampling
     )

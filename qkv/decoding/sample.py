@@ -14,7 +14,7 @@ Draws use ``generator`` (or ``seed``), so a seeded run is reproducible.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -40,8 +40,12 @@ def sample(
     generator: torch.Generator | None = None,
     use_cache: bool = True,
     on_token: Callable[[Tensor], None] | None = None,
+    eos_ids: Sequence[int] = (),
 ) -> Tensor:
-    """Continue every prompt of the batch by ``max_new_tokens`` sampled tokens.
+    """Continue every prompt of the batch by ``max_new_tokens`` sampled tokens, or fewer
+    where the model has end tokens (``eos_ids``, e.g. a pretrained folder's
+    ``eos_token_id``): sampling stops once every sequence has drawn one, and a sequence that
+    has ended is continued with its end token until the others end.
 
     ``on_token(tokens)`` is called with each step's new tokens (B,) as they are drawn
     (streaming).  A model with learned positions (``model.max_positions`` not None) reads at
@@ -50,7 +54,7 @@ def sample(
     ``start``/``step`` (the step protocol), and ``forward`` returning ``.logits`` when
     ``use_cache=False``.
 
-    Shapes: prompt_ids (B, T) -> (B, T + max_new_tokens), the prompts included.
+    Shapes: prompt_ids (B, T) -> (B, T + N), the prompts included, N <= max_new_tokens.
     """
     check_model(model)
     _check_options(prompt_ids, max_new_tokens, temperature, top_k, top_p)
@@ -59,15 +63,17 @@ def sample(
     limit = getattr(model, "max_positions", None)
     if limit is not None and prompt_ids.shape[1] > limit:
         raise InputError(
-            f"the prompt has {prompt_ids.shape[1]} tokens, but this model learned only "
-            f"max_len={limit} positions; shorten the prompt, or train a model whose "
-            "positions extend past max_len (--positions sinusoidal, rope or alibi)"
+            f"the prompt has {prompt_ids.shape[1]} tokens, but this model has only {limit} "
+            f"positions; shorten the prompt to at most {limit} tokens (a model trained by "
+            "qkv with --positions sinusoidal, rope or alibi has no such limit)"
         )
     if seed is not None:
         generator = torch.Generator(device=prompt_ids.device).manual_seed(seed)
     batch = prompt_ids.shape[0]
     ids = prompt_ids
     state, consumed = None, 0  # consumed: positions in the cache
+    ends = torch.tensor(list(eos_ids), dtype=torch.long, device=prompt_ids.device)
+    ended = torch.zeros(batch, dtype=torch.bool, device=prompt_ids.device)
     for _ in range(max_new_tokens):
         window = ids if limit is None else ids[:, -limit:]  # past max_len: the last limit
         if not use_cache:
@@ -79,9 +85,14 @@ def sample(
             output = check_step(model.step(ids[:, -1], state, need_attention=False), batch, False)
             logits, state, consumed = output.log_probs, output.state, consumed + 1
         token = _draw(logits, temperature, top_k, top_p, generator)  # (B,)
+        if len(ends):
+            token = torch.where(ended, ends[0], token)  # an ended sequence stays ended
+            ended |= torch.isin(token, ends)
         ids = torch.cat([ids, token[:, None]], dim=1)
         if on_token is not None:
             on_token(token)
+        if len(ends) and bool(ended.all()):
+            break
     return ids
 
 

@@ -41,6 +41,7 @@ def explore(
     temperature: float = 1.0,
     top_k: int | None = None,
     seed: int | None = None,
+    eos_ids: Sequence[int] = (),
     vectors: str | Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Decode each input and gather the attention the explorer page shows, as plain data.
@@ -65,7 +66,8 @@ def explore(
         or None where unknown; beam, length_penalty and max_len do not apply to them.
     generate: language models only: the tokens to sample after each prompt (0: the
         prompt alone), with ``temperature`` (0 = greedy), ``top_k`` and ``seed`` as in
-        :func:`qkv.decoding.sample`.
+        :func:`qkv.decoding.sample`, stopping at an end token of ``eos_ids`` (a pretrained
+        folder's ``eos_token_id``).
     vectors: language models and encoders: the layers whose queries, keys and values the
         page stores for its neuron view ("all", or layer indices; default none).
 
@@ -100,6 +102,7 @@ def explore(
         temperature=temperature,
         top_k=top_k,
         seed=seed,
+        eos_ids=eos_ids,
         vectors=vectors,
     )
     was_training = model.training

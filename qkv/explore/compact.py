@@ -1,18 +1,22 @@
 """Long inputs on the page: a self-attention view of more than ``DENSE_TOKENS`` tokens stores,
 per layer, each head's queries and keys in half precision instead of its T x T weights, and
-the page computes a head's weights when it is shown (``softmax(q k^T / sqrt(d))``, causal
-for an LM).  A 1,024-token input of a 12 x 12 model would otherwise hold 151 M weights.
+the page computes a head's weights when it is shown (``softmax(q k^T / sqrt(d))`` over the
+keys the layer lets each query see: causal, and within the layer's sliding window where it
+has one).  A 1,024-token input of a 12 x 12 model would otherwise hold 151 M weights.
 
 The page's weights then differ from the model's by the rounding of q and k to float16; that
 difference is measured here, for every head, and the page states it (``max_error``).  The
-model view draws each head downsampled to ``THUMB`` x ``THUMB`` (the mean of each block,
-stored as bytes against the head's maximum).  The mean over heads and the rollout are not
-stored for compact views (each would be T x T again).
+mean over heads and the rollout are computed in the page too, from the weights it computes
+(the heads' mean in float64, then the rollout of those means); their differences from the
+model's are measured here as well (``mean_error``, ``rollout_error``).  The model view draws
+each head downsampled to ``THUMB`` x ``THUMB`` (the mean of each block, stored as bytes
+against the head's maximum).
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -21,7 +25,7 @@ from torch.nn import functional as F
 
 from qkv.errors import InputError
 
-from .summaries import head_summary
+from .summaries import attention_rollout, head_summary
 
 __all__ = ["DENSE_TOKENS", "THUMB", "compact_layers", "compact_view"]
 
@@ -31,13 +35,22 @@ THUMB = 64
 
 
 def compact_layers(
-    layers: list[Tensor], vectors: dict[int, dict], *, causal: bool
-) -> tuple[list[dict], float]:
-    """The page's ``layers`` entries of a compact view, and the largest difference between
-    the weights the page computes and the model's ``layers`` (per layer (H, T, T)).
+    layers: list[Tensor],
+    vectors: dict[int, dict],
+    *,
+    causal: bool,
+    windows: Sequence[int | None] | None = None,
+) -> tuple[list[dict], dict[str, float]]:
+    """The page's ``layers`` entries of a compact view, and the largest differences between
+    what the page computes and the model's ``layers`` (per layer (H, T, T)): ``max_error``
+    for a head's weights, ``mean_error`` for the mean over heads, ``rollout_error`` for the
+    rollout.
 
-    vectors: per layer the caught {"q": (H, T, Dh), "k": (Hkv, T, Dh)} (or {"absent": why})."""
-    entries, worst = [], 0.0
+    vectors: per layer the caught {"q": (H, T, Dh), "k": (Hkv, T, Dh)} (or {"absent": why}).
+    windows: per layer its sliding window (query i sees keys i - window < j <= i) or None."""
+    windows = list(windows) if windows is not None else [None] * len(layers)
+    entries, errors = [], {"max_error": 0.0, "mean_error": 0.0}
+    page_means = []  # per layer the mean the page computes, (T, T), for the rollout's error
     for index, weights in enumerate(layers):
         found = vectors[index]
         if "absent" in found:
@@ -46,8 +59,10 @@ def compact_layers(
                 f"{index} has none ({found['absent']}); explore at most {DENSE_TOKENS} tokens"
             )
         q, k = found["q"].half(), found["k"].half()
-        computed = _weights(q, k, causal=causal)
-        worst = max(worst, float((computed - weights.float()).abs().max()))
+        computed = _weights(q, k, causal=causal, window=windows[index])
+        _worst(errors, "max_error", computed, weights)
+        page_means.append(computed.double().mean(0))
+        _worst(errors, "mean_error", page_means[-1], weights.double().mean(0))
         heads, length, dim = q.shape
         entries.append(
             {
@@ -60,6 +75,7 @@ def compact_layers(
                     "length": length,
                     "scale": 1.0 / dim**0.5,
                     "causal": causal,
+                    "window": windows[index],
                     "thumb": _base64(_thumbs(weights)),
                     "thumb_size": min(THUMB, length),
                 },
@@ -67,19 +83,31 @@ def compact_layers(
                 "mean_summary": head_summary(weights.mean(0), self_attention=True),
             }
         )
-    return entries, worst
+    rollouts = attention_rollout(layers)
+    errors["rollout_error"] = 0.0
+    for entry, model, page in zip(entries, rollouts, attention_rollout(page_means), strict=True):
+        entry["rollout_summary"] = head_summary(model, self_attention=True)
+        _worst(errors, "rollout_error", page, model)
+    return entries, errors
 
 
-def _weights(q: Tensor, k: Tensor, *, causal: bool) -> Tensor:
+def _worst(errors: dict[str, float], name: str, page: Tensor, model: Tensor) -> None:
+    errors[name] = max(errors[name], float((page.double() - model.double()).abs().max()))
+
+
+def _weights(q: Tensor, k: Tensor, *, causal: bool, window: int | None = None) -> Tensor:
     """What the page computes from the stored halves (the page in float64, here float32: a
     difference near 1e-7, far below the rounding).  (H, T, Dh) -> (H, T, T)."""
     q, k = q.float(), k.float().repeat_interleave(q.shape[0] // k.shape[0], dim=0)
     scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    length = q.shape[1]
+    distance = torch.arange(length)[:, None] - torch.arange(length)[None, :]  # i - j
+    keep = torch.ones(length, length, dtype=torch.bool)
     if causal:
-        length = q.shape[1]
-        above = torch.ones(length, length, dtype=torch.bool).triu(1)
-        scores = scores.masked_fill(above, float("-inf"))
-    return scores.softmax(dim=-1)
+        keep &= distance >= 0
+    if window is not None:
+        keep &= distance < window
+    return scores.masked_fill(~keep, float("-inf")).softmax(dim=-1)
 
 
 def _thumbs(weights: Tensor) -> Tensor:
@@ -97,9 +125,18 @@ def _base64(t: Tensor) -> str:
     return base64.b64encode(array.tobytes()).decode("ascii")
 
 
-def compact_view(name: str, title: str, tokens: list[str], layers, vectors, *, causal: bool):
+def compact_view(
+    name: str,
+    title: str,
+    tokens: list[str],
+    layers,
+    vectors,
+    *,
+    causal: bool,
+    windows: Sequence[int | None] | None = None,
+):
     """A self-attention view (docs/explorer.md's schema) whose layers are compact."""
-    entries, worst = compact_layers(layers, vectors, causal=causal)
+    entries, errors = compact_layers(layers, vectors, causal=causal, windows=windows)
     return {
         "id": name,
         "title": title,
@@ -110,5 +147,5 @@ def compact_view(name: str, title: str, tokens: list[str], layers, vectors, *, c
         "key_tokens": list(tokens),
         "layers": entries,
         "compact": True,
-        "max_error": worst,
+        **errors,
     }

@@ -36,10 +36,14 @@ __all__ = [
     "causal_attention",
     "prompt_ids",
     "INDUCTION_LENGTH",
+    "FLEX_BLOCK",
 ]
 
 #: The length of the random sequence that is repeated for the induction score.
 INDUCTION_LENGTH = 32
+#: The block size of TransformerLM's sliding window on flex_attention (create_block_mask's
+#: default, which it uses): the page shows which of these blocks were computed.
+FLEX_BLOCK = 128
 
 
 @torch.no_grad()
@@ -91,6 +95,15 @@ class LanguageModelAdapter(ExplorerAdapter):
             positions=config.positions,
         )
 
+    def windows(self, model: nn.Module) -> list[int | None]:
+        """Per layer its sliding window (query i sees keys i - window < j <= i), or None."""
+        return [model.config.window] * model.config.num_layers
+
+    def block_size(self, model: nn.Module) -> int | None:
+        """The blocks a windowed model computes in (flex_attention skips those outside the
+        window), None where it computes every weight and masks (or has no window)."""
+        return FLEX_BLOCK if model.config.window is not None else None
+
     @torch.no_grad()
     def text_attention(self, model, tokenizer, text, index: int = 0):
         """The ids of one text, and per layer its (H, T, T) float32 causal self-attention."""
@@ -129,14 +142,15 @@ class LanguageModelAdapter(ExplorerAdapter):
                 temperature=request.temperature,
                 top_k=request.top_k,
                 seed=request.seed,
+                eos_ids=request.eos_ids,
             )
         tokens = token_labels(tokenizer, ids[0].tolist())
         modules = self.attention_modules(model)
-        title = "causal self-attention"
+        title, windows = "causal self-attention", self.windows(model)
         if len(tokens) > DENSE_TOKENS:  # q and k in the page, not T x T weights
             with catch_vectors(modules, range(len(modules))) as caught:
                 layers = causal_attention(model, ids)
-            view = compact_view("self", title, tokens, layers, caught, causal=True)
+            view = compact_view("self", title, tokens, layers, caught, causal=True, windows=windows)
             vectors = stored_from(caught, request.vectors, len(modules))
         else:
             layers, vectors = stored_vectors(modules, request.vectors, causal_attention, model, ids)
@@ -148,7 +162,7 @@ class LanguageModelAdapter(ExplorerAdapter):
             for summary, score in zip(entry["summaries"], scores, strict=True):
                 summary["induction"] = round(float(score), 4)
             entry["mean_summary"]["induction"] = round(float(scores.mean()), 4)
-        view.update(causal=True, vectors=vectors)
+        view.update(causal=True, vectors=vectors, windows=windows, blocks=self.block_size(model))
         new = ids[0, len(prompt) :].tolist()
         text = item if isinstance(item, str) else " ".join(tokens[: len(prompt)])
         return {
@@ -193,6 +207,12 @@ class LlamaAdapter(LanguageModelAdapter):
             positions="rope",
             window=config.sliding_window,
         )
+
+    def windows(self, model: nn.Module) -> list[int | None]:
+        return [model.config.window_of(layer) for layer in range(model.config.num_layers)]
+
+    def block_size(self, model: nn.Module) -> int | None:
+        return None  # LlamaLM's window is a boolean mask: every weight computed, then masked
 
 
 register_explorer("lm", LanguageModelAdapter())

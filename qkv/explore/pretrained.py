@@ -13,7 +13,6 @@ by qkv's layers with the folder's weights.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from torch import nn
 
 from qkv import pretrained
 from qkv.errors import CheckpointError, InputError, MissingFileError
+from qkv.pretrained import FolderTokenizer
 
 from .registry import ExplorerAdapter, ExploreRequest, register_explorer
 from .summaries import attention_rollout, head_summary, quantize
@@ -42,70 +42,6 @@ ARCHITECTURES = {
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
-class FolderTokenizer:
-    """The folder's own tokenizer (``tokenizer.json``, or a BERT ``vocab.txt``), without
-    truncation, so that a text longer than the model's positions is refused, not cut.
-
-    encode(text): ids, with the special tokens the model was trained with (BERT's [CLS] and
-    [SEP]; none for GPT-2-style LMs).  tokens(ids): one label per id: the piece as
-    written (WordPiece "##ing"), or a byte-level piece decoded (" word") when it is whole
-    characters.  decode(ids): text."""
-
-    def __init__(self, tokenizer: Any, *, specials: bool):
-        tokenizer.no_truncation()
-        tokenizer.no_padding()
-        self._tokenizer, self._specials = tokenizer, specials
-
-    @classmethod
-    def from_folder(cls, folder: Path, *, specials: bool) -> FolderTokenizer:
-        """The tokenizer of a model folder: ``tokenizer.json``, or (``specials``: an encoder)
-        BERT's ``vocab.txt``; MissingFileError when there is neither."""
-        from tokenizers import Tokenizer
-        from tokenizers.implementations import BertWordPieceTokenizer
-
-        if (folder / "tokenizer.json").is_file():
-            return cls(Tokenizer.from_file(str(folder / "tokenizer.json")), specials=specials)
-        if specials and (folder / "vocab.txt").is_file():
-            settings_file = folder / "tokenizer_config.json"
-            settings = (
-                json.loads(settings_file.read_text("utf-8")) if settings_file.is_file() else {}
-            )
-            lowercase = settings.get("do_lower_case", True)
-            return cls(
-                BertWordPieceTokenizer(str(folder / "vocab.txt"), lowercase=lowercase),
-                specials=specials,
-            )
-        wanted = "tokenizer.json or vocab.txt" if specials else "tokenizer.json"
-        raise MissingFileError(
-            f"{folder} has no tokenizer ({wanted}): the explorer labels tokens with it"
-        )
-
-    @property
-    def vocab_size(self) -> int:
-        """The number of tokens."""
-        return self._tokenizer.get_vocab_size()
-
-    def encode(self, text: str) -> list[int]:
-        """The ids of ``text``, with the model's special tokens, never truncated."""
-        return self._tokenizer.encode(text, add_special_tokens=self._specials).ids
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """The text of ``ids``, special tokens kept."""
-        return self._tokenizer.decode(list(ids), skip_special_tokens=False)
-
-    def tokens(self, ids: Sequence[int]) -> list[str]:
-        """One label per id (see the class docstring)."""
-        byte_level = type(self._tokenizer.decoder).__name__ == "ByteLevel"
-        labels = []
-        for i in ids:
-            piece = self._tokenizer.id_to_token(i)
-            if byte_level:
-                text = self._tokenizer.decode([i], skip_special_tokens=False)
-                piece = text if text and "\ufffd" not in text else piece
-            labels.append(piece if piece is not None else f"<{i}>")
-        return labels
-
-
 @dataclass
 class LoadedFolder:
     """A pretrained folder's model (eval mode), tokenizer and architecture ("BERT", ...)."""
@@ -113,6 +49,8 @@ class LoadedFolder:
     model: nn.Module
     tokenizer: FolderTokenizer
     architecture: str
+    #: a language model's end tokens (config.json's eos_token_id): --generate stops there.
+    eos_ids: tuple[int, ...] = ()
 
 
 def load_folder(path: str | Path, *, device: str | torch.device = "cpu") -> LoadedFolder:
@@ -145,13 +83,12 @@ def load_folder(path: str | Path, *, device: str | torch.device = "cpu") -> Load
     # BERT's [CLS]/[SEP] and the Llama family's BOS are what the models were trained with (the
     # tokenizer file's post-processor says which); GPT-2 adds nothing
     specials = model_type != "gpt2"
-    tokenizer = FolderTokenizer.from_folder(folder, specials=specials)  # before the weights
+    tokenizer = FolderTokenizer.from_folder(folder, add_special_tokens=specials)  # first
     if encoder:
         model, _ = loader(folder)
-        model = model.to(device)
-    else:
-        model = loader(folder, device=device).model
-    return LoadedFolder(model.eval(), tokenizer, architecture)
+        return LoadedFolder(model.to(device).eval(), tokenizer, architecture)
+    lm = loader(folder, device=device)
+    return LoadedFolder(lm.model.eval(), tokenizer, architecture, eos_ids=lm.eos_ids)
 
 
 class EncoderAdapter(ExplorerAdapter):

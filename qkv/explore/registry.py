@@ -48,6 +48,7 @@ class ExploreRequest:
     temperature: float = 1.0
     top_k: int | None = None
     seed: int | None = None
+    eos_ids: Sequence[int] = ()
     vectors: str | Sequence[int] | None = None
 
 

@@ -63,9 +63,14 @@ def read_safetensors(folder: Path) -> dict[str, Tensor]:
 
 
 class FolderTokenizer:
-    """A folder's ``tokenizer.json`` (Hugging Face ``tokenizers``), encoding as the model was
-    trained: with ``add_special_tokens`` the file's post-processor adds what it says (Llama
-    and Mistral a BOS token, Qwen2 nothing)."""
+    """A folder's tokenizer (Hugging Face ``tokenizers``): its ``tokenizer.json``, or for
+    BERT its ``vocab.txt`` (:meth:`from_folder`).  It never truncates or pads, so a text
+    longer than the model's positions is refused, not cut.
+
+    add_special_tokens: encode adds what the file's post-processor says, as the model was
+    trained (BERT's [CLS] and [SEP], Llama's and Mistral's BOS; Qwen2 and GPT-2 nothing).
+    tokens(ids): one label per id: the piece as written (WordPiece "##ing"), or a
+    byte-level piece decoded (" word") when it is whole characters."""
 
     kind = "huggingface"
 
@@ -73,10 +78,36 @@ class FolderTokenizer:
         from tokenizers import Tokenizer
 
         try:
-            self._tokenizer = Tokenizer.from_file(str(path))
+            tokenizer = Tokenizer.from_file(str(path))
         except Exception as error:  # tokenizers raises a bare Exception for a bad file
             raise CheckpointError(f"{path} is not a tokenizers file ({error})") from None
-        self.add_special_tokens = add_special_tokens
+        self._use(tokenizer, add_special_tokens)
+
+    def _use(self, tokenizer: Any, add_special_tokens: bool) -> None:
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        self._tokenizer, self.add_special_tokens = tokenizer, add_special_tokens
+
+    @classmethod
+    def from_folder(cls, folder: Path, *, add_special_tokens: bool) -> FolderTokenizer:
+        """The tokenizer of a model folder: ``tokenizer.json``, or (``add_special_tokens``:
+        an encoder) BERT's ``vocab.txt``; MissingFileError when there is neither."""
+        from tokenizers.implementations import BertWordPieceTokenizer
+
+        if (folder / "tokenizer.json").is_file():
+            return cls(folder / "tokenizer.json", add_special_tokens=add_special_tokens)
+        if add_special_tokens and (folder / "vocab.txt").is_file():
+            settings_file = folder / "tokenizer_config.json"
+            settings = (
+                json.loads(settings_file.read_text("utf-8")) if settings_file.is_file() else {}
+            )
+            lowercase = settings.get("do_lower_case", True)
+            tokenizer = cls.__new__(cls)
+            word_pieces = BertWordPieceTokenizer(str(folder / "vocab.txt"), lowercase=lowercase)
+            tokenizer._use(word_pieces, add_special_tokens)
+            return tokenizer
+        wanted = "tokenizer.json or vocab.txt" if add_special_tokens else "tokenizer.json"
+        raise MissingFileError(f"{folder} has no tokenizer ({wanted}); found {_listing(folder)}")
 
     def encode(self, text: str) -> list[int]:
         """The token ids of ``text`` (with the special tokens the file adds, if asked)."""
@@ -87,9 +118,18 @@ class FolderTokenizer:
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
         return self._tokenizer.decode(ids, skip_special_tokens=False)
 
-    def tokens(self, text: str) -> list[str]:
-        """The pieces of ``text`` as strings (what an attention plot labels its axes with)."""
-        return self._tokenizer.encode(text, add_special_tokens=self.add_special_tokens).tokens
+    def tokens(self, ids) -> list[str]:
+        """One label per id (see the class docstring): what a plot labels its axes with."""
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        byte_level = type(self._tokenizer.decoder).__name__ == "ByteLevel"
+        labels = []
+        for i in ids:
+            piece = self._tokenizer.id_to_token(i)
+            if byte_level:
+                text = self._tokenizer.decode([i], skip_special_tokens=False)
+                piece = text if text and "\ufffd" not in text else piece
+            labels.append(piece if piece is not None else f"<{i}>")
+        return labels
 
     @property
     def vocab_size(self) -> int:

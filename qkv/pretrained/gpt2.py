@@ -59,6 +59,23 @@ class PretrainedLM:
     model: nn.Module
     tokenizer: Any
     family: str = "gpt2"
+    #: config.json's eos_token_id: generation stops at these tokens.
+    eos_ids: tuple[int, ...] = ()
+
+    def too_long(self, length: int) -> str:
+        """What to do about a prompt of ``length`` tokens past the model's positions."""
+        limit = self.model.max_positions
+        return (
+            f"the prompt has {length} tokens, but this {self.family} folder's model has "
+            f"{limit} positions (config.json); shorten the prompt to at most {limit} tokens"
+        )
+
+
+def eos_ids(hf: dict[str, Any]) -> tuple[int, ...]:
+    """config.json's ``eos_token_id`` (one id, a list of them, or none) as a tuple."""
+    found = hf.get("eos_token_id")
+    found = [found] if isinstance(found, int) else found or []
+    return tuple(i for i in found if isinstance(i, int) and 0 <= i < hf["vocab_size"])
 
 
 class GPT2Tokenizer(FolderTokenizer):
@@ -106,13 +123,14 @@ def load_gpt2(path: str | Path, *, device: str | torch.device = "cpu") -> Pretra
     """A :class:`TransformerLM` with the weights of a Hugging Face GPT-2 folder, in eval mode,
     and its tokenizer (None when the folder has no tokenizer.json)."""
     folder = Path(path)
-    config = gpt2_config_from_hf(read_config(folder))
+    hf = read_config(folder)
+    config = gpt2_config_from_hf(hf)
     stored = read_safetensors(folder)  # model.safetensors, or shards and their index
     model = TransformerLM(config)
     model.load_state_dict(_qkv_state_dict(stored, config), strict=True)
     tokenizer_file = folder / "tokenizer.json"
     tokenizer = GPT2Tokenizer(tokenizer_file) if tokenizer_file.is_file() else None
-    return PretrainedLM(model.to(device).eval(), tokenizer)
+    return PretrainedLM(model.to(device).eval(), tokenizer, eos_ids=eos_ids(hf))
 
 
 def _qkv_state_dict(stored: dict[str, Tensor], config: TransformerLMConfig) -> dict[str, Tensor]:

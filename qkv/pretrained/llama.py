@@ -24,7 +24,7 @@ from qkv.models.llama import LlamaLM
 from qkv.models.llama_config import LlamaConfig
 
 from .files import FolderTokenizer, read_config, read_safetensors
-from .gpt2 import PretrainedLM
+from .gpt2 import PretrainedLM, eos_ids
 
 __all__ = ["load_llama", "llama_config_from_hf", "LLAMA_FAMILIES"]
 
@@ -164,7 +164,8 @@ def load_llama(path: str | Path, *, device: str | torch.device = "cpu") -> Pretr
     model.load_state_dict(state, strict=True)
     tokenizer_file = folder / "tokenizer.json"
     tokenizer = FolderTokenizer(tokenizer_file) if tokenizer_file.is_file() else None
-    return PretrainedLM(model.to(device).eval(), tokenizer, family=hf["model_type"])
+    family = hf["model_type"]
+    return PretrainedLM(model.to(device).eval(), tokenizer, family=family, eos_ids=eos_ids(hf))
 
 
 def _qkv_state_dict(stored: dict[str, Tensor], config: LlamaConfig) -> dict[str, Tensor]:

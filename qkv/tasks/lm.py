@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,6 +174,17 @@ class LoadedLM:
     model: TransformerLM
     tokenizer: Tokenizer
     setup: LMSetup | None
+    #: qkv's LMs learn from running text, with no end token: generation runs to its length.
+    eos_ids: tuple[int, ...] = ()
+
+    def too_long(self, length: int) -> str:
+        """What to do about a prompt of ``length`` tokens past the model's positions."""
+        limit = self.model.max_positions
+        return (
+            f"the prompt has {length} tokens, but this model learned only max_len={limit} "
+            f"positions; shorten the prompt to at most {limit} tokens, or train a model whose "
+            "positions extend past max_len (--positions sinusoidal, rope or alibi)"
+        )
 
 
 def load_lm(path: str | Path, *, device: str | torch.device = "cpu") -> LoadedLM:
@@ -227,7 +238,9 @@ def generate_text(
 ) -> list[str]:
     """``num_samples`` continuations of ``prompt`` (the prompt itself left out).
 
-    ``stream(text)`` receives the prompt once the first token is drawn, then the first
+    Sampling stops at the model's end token (``lm.eos_ids``: a pretrained folder's); the
+    text ends before it.  ``stream(text)`` receives the prompt once the first
+    token is drawn, then the first
     sample's new text as tokens are drawn (a byte-level token that ends inside a UTF-8
     character is held back until the character is complete).
     """
@@ -236,6 +249,9 @@ def generate_text(
             f"num_samples={num_samples!r} must be a positive integer", fields=("num_samples",)
         )
     prompt_ids = encode_prompt(lm.tokenizer, prompt)
+    limit = getattr(lm.model, "max_positions", None)
+    if limit is not None and len(prompt_ids) > limit:
+        raise InputError(lm.too_long(len(prompt_ids)))
     device = next(lm.model.parameters()).device
     batch = torch.tensor([prompt_ids] * num_samples, dtype=torch.long, device=device)
     new_ids: list[int] = []
@@ -246,7 +262,7 @@ def generate_text(
         if not new_ids:
             stream(prompt)
         new_ids.append(int(tokens[0]))
-        text = lm.tokenizer.decode(new_ids)
+        text = lm.tokenizer.decode(_until_end(new_ids, lm.eos_ids))
         if text.endswith("\ufffd"):  # an incomplete UTF-8 character: wait for its end
             return
         stream(text[shown:])
@@ -262,5 +278,14 @@ def generate_text(
         seed=seed,
         use_cache=use_cache,
         on_token=on_token if stream is not None else None,
+        eos_ids=lm.eos_ids,
     )
-    return [lm.tokenizer.decode(row[len(prompt_ids) :].tolist()) for row in ids]
+    return [
+        lm.tokenizer.decode(_until_end(row[len(prompt_ids) :].tolist(), lm.eos_ids)) for row in ids
+    ]
+
+
+def _until_end(ids: list[int], eos_ids: Sequence[int]) -> list[int]:
+    """The ids before the first end token."""
+    ends = [index for index, token in enumerate(ids) if token in eos_ids]
+    return ids[: ends[0]] if ends else ids

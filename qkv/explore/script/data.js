@@ -9,10 +9,10 @@ const $ = (id) => document.getElementById(id);
 /** The heads a view's layer offers: each head, then the mean and the rollout where stored. */
 function headChoices(v, layer) {
   const entry = v.layers[layer];
-  if (entry.compact) return [...Array(entry.compact.heads).keys()]; // no mean or rollout stored
-  const choices = entry.heads.map((_, h) => h);
-  if (entry.heads.length > 1) choices.push("mean");
-  if (entry.rollout) choices.push("rollout");
+  const heads = entry.compact ? entry.compact.heads : entry.heads.length;
+  const choices = [...Array(heads).keys()];
+  if (heads > 1) choices.push("mean");
+  if (entry.rollout || entry.compact) choices.push("rollout"); // compact: computed in the page
   return choices;
 }
 
@@ -29,7 +29,8 @@ function parseHead(head) {
 const meanCache = new Map();
 
 /** The matrix as stored: integers, weight = value / SCALE.  "mean" rounds the mean of the
-    stored heads; "rollout" is stored as computed by the library. */
+    stored heads; "rollout" is stored as computed by the library.  A compact view's matrix
+    is computed (script/compact.js): null while its mean or rollout is on the way. */
 function matrixOf(input, v, layer, head) {
   const entry = v.layers[layer];
   if (entry.compact) return compactMatrix(input, v, layer, head);
@@ -64,6 +65,11 @@ function colour(t) {
   const f = t - i, a = VIRIDIS[i], b = VIRIDIS[i + 1];
   return [0, 1, 2].map((c) => Math.round(a[c] + (b[c] - a[c]) * f));
 }
+/** colour(t / 255) for t = 0..255 as RGBA bytes in one little-endian word, for ImageData. */
+const PALETTE = new Uint32Array(256).map((_, t) => {
+  const [r, g, b] = colour(t / 255);
+  return ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
+});
 const css = (rgb) => "rgb(" + rgb.join(",") + ")";
 const maxOf = (m) => Math.max(1, ...m.map((row) => Math.max(...row)));
 const themed = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
@@ -75,10 +81,11 @@ function pixels(m) {
   const canvas = document.createElement("canvas");
   canvas.width = cols; canvas.height = rows;
   const ctx = canvas.getContext("2d");
-  const img = ctx.createImageData(cols, rows);
-  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) {
-    const rgb = colour(m[i][j] / top), k = 4 * (i * cols + j);
-    img.data[k] = rgb[0]; img.data[k + 1] = rgb[1]; img.data[k + 2] = rgb[2]; img.data[k + 3] = 255;
+  const img = ctx.createImageData(cols, rows), words = new Uint32Array(img.data.buffer);
+  const step = 255 / top;
+  for (let i = 0; i < rows; i++) {
+    const row = m[i], base = i * cols;
+    for (let j = 0; j < cols; j++) words[base + j] = PALETTE[Math.min(255, (row[j] * step + 0.5) | 0)];
   }
   ctx.putImageData(img, 0, 0);
   return canvas;

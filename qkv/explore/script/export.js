@@ -3,7 +3,7 @@
    the small canvases of the grid, picture and strip are embedded as PNG images); the
    panel's buttons download them. */
 
-const PANELS = ["head", "grid", "image", "strip"];
+const PANELS = ["head", "grid", "image", "strip", "neuron"];
 
 function headCanvas(x, v, s, bg, fg, font) {
   const out = document.createElement("canvas"), ctx = out.getContext("2d");
@@ -57,14 +57,45 @@ function tiledCanvas(panel, x, s, bg, fg, font) {
   return out;
 }
 
+/** The neuron view's shapes on a canvas. */
+function neuronCanvas(bg, fg, font) {
+  const { width, height, shapes } = neuronShapes(view(), fg);
+  const out = document.createElement("canvas"), ctx = out.getContext("2d");
+  out.width = width; out.height = height;
+  ctx.fillStyle = bg; ctx.fillRect(0, 0, width, height);
+  ctx.font = font;
+  for (const shape of shapes) {
+    ctx.fillStyle = shape.fill;
+    if (shape.text !== undefined) ctx.fillText(shape.text, shape.x, shape.y);
+    else ctx.fillRect(shape.x, shape.y, shape.w, shape.h);
+  }
+  return out;
+}
+
+/** The neuron view's shapes as SVG: every strip cell a rect, every number text. */
+function neuronSvg(bg, fg) {
+  const { width, height, shapes } = neuronShapes(view(), fg);
+  const body = shapes.map((shape) => shape.text !== undefined
+    ? `<text x="${shape.x}" y="${shape.y}" fill="${shape.fill}" xml:space="preserve">${escapeXml(shape.text)}</text>`
+    : `<rect x="${shape.x}" y="${shape.y}" width="${shape.w}" height="${shape.h}" fill="${shape.fill}"/>`);
+  return svgDocument(width, height, bg, body);
+}
+
 function panelCanvas(panel) {
   const bg = themed("--bg"), fg = themed("--fg"), font = "12px ui-monospace, monospace";
   if (panel === "head") return headCanvas(input(), view(), state, bg, fg, font);
+  if (panel === "neuron") return neuronCanvas(bg, fg, font);
   return tiledCanvas(panel, input(), state, bg, fg, font);
 }
 
-function png(panel) {
+function exportable(panel) {
   if (!PANELS.includes(panel)) throw new Error(`no panel "${panel}"`);
+  if (panel === "head" && drawn.matrix === null) throw new Error("the matrix is still being computed");
+  if (panel === "neuron" && neuronState === null) throw new Error("the neuron view shows no steps here");
+}
+
+function png(panel) {
+  exportable(panel);
   return panelCanvas(panel).toDataURL("image/png");
 }
 
@@ -110,10 +141,11 @@ function headSvg(x, v, s, bg, fg) {
 }
 
 function svg(panel) {
-  if (!PANELS.includes(panel)) throw new Error(`no panel "${panel}"`);
+  exportable(panel);
   const bg = themed("--bg"), fg = themed("--fg");
   const m = drawn.matrix; // a long input's head view: its PNG, embedded like the others
   if (panel === "head" && m.length * m[0].length <= DOM_CELLS) return headSvg(input(), view(), state, bg, fg);
+  if (panel === "neuron") return neuronSvg(bg, fg);
   const picture = panelCanvas(panel); // the same layout as the PNG, as one embedded image
   const body = [`<image width="${picture.width}" height="${picture.height}" href="${picture.toDataURL("image/png")}"/>`];
   return svgDocument(picture.width, picture.height, bg, body);

@@ -7,7 +7,9 @@ let hover = null; // {side: "source" | "target", index}
 function gridItems(x, s) {
   if (!KIND.multiHead) return x.views.map((v, i) => ({ view: i, layer: 0, head: 0, caption: v.title }));
   const v = x.views[s.view], items = [];
-  v.layers.forEach((_, l) => headChoices(v, l).forEach((h) => items.push({
+  // a compact view's grid: its heads' thumbnails (its mean and rollout take every head)
+  const shown = (l) => headChoices(v, l).filter((h) => !v.compact || typeof h === "number");
+  v.layers.forEach((_, l) => shown(l).forEach((h) => items.push({
     view: s.view, layer: l, head: h,
     caption: `L${l} ${h === "mean" ? "mean" : h === "rollout" ? "rollout" : "H" + h}`,
   })));
@@ -15,7 +17,8 @@ function gridItems(x, s) {
 }
 
 function gridColumns(x, s, count) {
-  return KIND.multiHead ? headChoices(x.views[s.view], 0).length : Math.min(4, count);
+  const v = x.views[s.view];
+  return KIND.multiHead ? (v.compact ? v.layers[0].compact.heads : headChoices(v, 0).length) : Math.min(4, count);
 }
 
 let gridDrawn = null; // what the grid holds: "input/view"; a head or layer change redraws less

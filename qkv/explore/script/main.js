@@ -134,7 +134,9 @@ const pending = DATA.inputs.map((x, i) => x.image ? new Promise((resolve) => {
 window.qkv = {
   show, current, png, savePng, svg, saveSvg, data: DATA,
   neuron: () => neuronState,
-  weight: (i, j) => drawn.matrix[i][j] / SCALE, // the weight the large matrix draws at (i, j)
+  pending: () => jobs.size, // a long input's mean or rollout being computed
+  // the weight the large matrix draws at (i, j); null while a long page's mean or rollout is computed
+  weight: (i, j) => (drawn.matrix ? drawn.matrix[i][j] / SCALE : null),
 };
 fromHash();
 Promise.all(pending).then(() => {

@@ -62,13 +62,14 @@ const DOM_CELLS = 65536;
 
 function renderMatrix(x, v, s) {
   const m = matrixOf(s.input, v, s.layer, s.head);
-  const rows = m.length, cols = m[0].length, top = maxOf(m);
-  drawn.matrix = m;
-  if (rows * cols > DOM_CELLS) renderMatrixCanvas(v, m, top);
-  else renderMatrixCells(v, m, top);
   const where = KIND.multiHead ? `layer ${s.layer}, ${headName(s.head)}` : "";
   $("head-title").textContent = `${v.title}${where ? " \u2014 " + where : ""}`;
-  const error = v.compact ? ` \u00b7 computed in the page from float16 q, k: within ${v.max_error.toPrecision(2)} of the model's weights` : "";
+  drawn.matrix = m;
+  if (m === null) { renderPending(`${s.input}/${v.id}/${s.layer}/${s.head}`); return; }
+  const rows = m.length, cols = m[0].length, top = maxOf(m);
+  if (rows * cols > DOM_CELLS) renderMatrixCanvas(v, m, top);
+  else renderMatrixCells(v, m, top);
+  const error = (v.compact ? compactError(v, s.head) : "") + windowNote(v, s.layer, s.head);
   $("head-stats").textContent = describe(summaryOf(v, s.layer, s.head)) + error + (v.score !== undefined
     ? ` \u00b7 score ${v.score.toFixed(3)} (ranked by ${v.normalized_score.toFixed(3)})` : "");
   $("legend-max").textContent = "max " + (top / SCALE).toString() + " (colours scale to the matrix maximum)";
@@ -82,16 +83,19 @@ function renderMatrixCanvas(v, m, top) {
   const rows = m.length, cols = m[0].length, canvas = document.createElement("canvas");
   canvas.width = cols; canvas.height = rows; canvas.className = "matrix-canvas";
   const ctx = canvas.getContext("2d"), img = ctx.createImageData(cols, rows);
-  const palette = new Uint32Array(256).map((_, t) => { // RGBA bytes as one little-endian word
-    const [r, g, b] = colour(t / 255);
-    return ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
-  });
   const words = new Uint32Array(img.data.buffer), step = 255 / top;
   for (let i = 0; i < rows; i++) {
     const row = m[i], base = i * cols;
-    for (let j = 0; j < cols; j++) words[base + j] = palette[(row[j] * step + 0.5) | 0];
+    for (let j = 0; j < cols; j++) words[base + j] = PALETTE[(row[j] * step + 0.5) | 0];
   }
   ctx.putImageData(img, 0, 0);
+  const blocks = computedBlocks(v, state.layer, state.head);
+  if (blocks) { // grey what the kernel skipped
+    ctx.fillStyle = "rgba(160, 160, 160, 0.6)";
+    blocks.forEach((row, qb) => row.forEach((done, kb) => {
+      if (!done) ctx.fillRect(kb * v.blocks, qb * v.blocks, v.blocks, v.blocks);
+    }));
+  }
   const side = Math.max(320, Math.min(900, $("matrix-scroll").clientWidth - 20));
   canvas.style.width = side + "px"; canvas.style.height = Math.round((side * rows) / cols) + "px";
   canvas.addEventListener("mousemove", (e) => {
@@ -106,8 +110,17 @@ function renderMatrixCanvas(v, m, top) {
   grid.replaceChildren(canvas);
 }
 
+/** A compact view's mean or rollout on the way: what has been computed so far. */
+function renderPending(key) {
+  const note = Object.assign(document.createElement("div"), { id: "pending-note", className: "muted" });
+  note.textContent = pendingText(key);
+  drawn.rowCells = []; drawn.colCells = []; drawn.rowLabels = []; drawn.colLabels = [];
+  $("head-stats").textContent = "";
+  $("matrix").replaceChildren(note);
+}
+
 function renderMatrixCells(v, m, top) {
-  const rows = m.length, cols = m[0].length;
+  const rows = m.length, cols = m[0].length, blocks = computedBlocks(v, state.layer, state.head);
   const width = Math.max(320, $("matrix-scroll").clientWidth - 130);
   const cell = Math.max(6, Math.min(22, Math.floor(width / cols)));
   const every = Math.ceil(12 / cell); // labels thin out when cells are too small for text
@@ -133,7 +146,8 @@ function renderMatrixCells(v, m, top) {
     const cells = [];
     for (let j = 0; j < cols; j++) {
       const c = document.createElement("div");
-      c.className = "cell"; c.dataset.row = String(i); c.dataset.col = String(j);
+      c.className = "cell" + (blocks && !blocks[Math.floor(i / v.blocks)][Math.floor(j / v.blocks)] ? " skipped" : "");
+      c.dataset.row = String(i); c.dataset.col = String(j);
       c.dataset.weight = String(m[i][j] / SCALE);
       c.style.background = css(colour(m[i][j] / top));
       cells.push(c); drawn.colCells[j].push(c); parts.push(c);
@@ -141,6 +155,27 @@ function renderMatrixCells(v, m, top) {
     drawn.rowCells.push(cells);
   }
   grid.replaceChildren(...parts);
+}
+
+/** A sliding-window layer computed in blocks (v.blocks: their size, on flex_attention):
+    per query block and key block whether some query of the one sees some key of the other
+    (0 <= i - j < window), which is what the kernel computes; null where every weight is,
+    and for the rollout (a product of layers: it reaches past the window). */
+function computedBlocks(v, layer, head) {
+  const window = v.windows?.[layer], size = v.blocks;
+  if (!window || !size || head === "rollout") return null;
+  const count = Math.ceil(v.query_tokens.length / size), range = [...Array(count).keys()];
+  return range.map((qb) => range.map((kb) => kb <= qb && qb * size - ((kb + 1) * size - 1) < window));
+}
+
+function windowNote(v, layer, head) {
+  const window = v.windows?.[layer];
+  if (!window || head === "rollout") return "";
+  const blocks = computedBlocks(v, layer, head);
+  if (!blocks) return ` \u00b7 sliding window of ${window} keys (a mask: the weights outside it are 0)`;
+  const done = blocks.flat().filter(Boolean).length;
+  return ` \u00b7 sliding window of ${window} keys: flex_attention computed ${done} of ` +
+    `${blocks.length ** 2} blocks of ${v.blocks}\u00d7${v.blocks} (the others, greyed, it skipped)`;
 }
 
 // ---------------------------------------------------------------- per-head summaries
