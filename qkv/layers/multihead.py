@@ -138,15 +138,18 @@ class MultiHeadAttention(MultiHeadInputChecks, nn.Module):
                 q = self._project_query(query)  # (B, H, Tq, Dh)
                 k, v = self._project_kv(key, key if value is None else value)  # (B, Hkv, Tk, Dh)
             past = 0 if cache is None else cache.length  # positions before this call's
+            # the keys attended start at position `first` (> 0 once a rolling cache has
+            # dropped old ones); distance biases see the queries at past - first.
+            first = 0 if cache is None else cache.first
             if self.positions is not None:  # self-attention only (checked)
                 q = self.positions.rotate(q, start=past)
                 k = self.positions.rotate(k, start=past)  # the KV heads, before the cache
             if cache is not None:
-                k, v = cache.append(k, v)  # (B, Hkv, past + new positions, Dh)
+                k, v = cache.append(k, v)  # (B, Hkv, past - first + new positions, Dh)
             if self.positions is not None and block_mask is None and score_mod is None:
-                mask = _add_bias(mask, self._position_bias(q, k, past))
+                mask = _add_bias(mask, self._position_bias(q, k, past - first))
             elif self.positions is not None:
-                score_mod = chain_scores(score_mod, self._position_score(q, k, past))
+                score_mod = chain_scores(score_mod, self._position_score(q, k, past - first))
         output, weights = attention(
             q,
             k,

@@ -6,7 +6,9 @@ token ids -> embeddings (+ input positions) -> causal self-attention blocks -> f
 The blocks are qkv's :class:`~qkv.layers.EncoderBlock` run with ``causal=True``: each position
 attends to itself and the positions before it.  Generation keeps one KV cache per block
 (``start`` / ``step``, the step protocol the shared decoder drives), so a new token costs
-O(prefix), not O(prefix^2); with grouped KV heads the cache holds only the KV heads.
+O(prefix), not O(prefix^2); with grouped KV heads the cache holds only the KV heads.  With a
+sliding window W the caches roll (:class:`~qkv.layers.RollingKVCache`): they keep the last
+W - 1 positions only, so generation's memory and step cost are bounded by W, not the length.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from torch import Tensor, nn
 from qkv.errors import InputError
 from qkv.functional.block_mask import BlockMask, create_block_mask
 from qkv.layers.blocks import EncoderBlock
-from qkv.layers.cache import KVCache
+from qkv.layers.cache import KVCache, RollingKVCache
 from qkv.layers.multihead import MultiHeadAttention
 from qkv.layers.position_registry import build_attention_positions, build_input_positions
 
@@ -46,7 +48,7 @@ class LMState:
     """What generation carries from step to step: one KV cache per block.  Reorder it along
     the batch with ``qkv.models.select_state`` (its caches have ``select``)."""
 
-    caches: list[KVCache]
+    caches: list[KVCache | RollingKVCache]
 
     @property
     def offset(self) -> int:
@@ -174,7 +176,10 @@ class TransformerLM(nn.Module):
         Generation then calls :meth:`step` with each next token, the prompt's last token
         first, so ``start(prompt[:, :-1])`` + ``step(prompt[:, -1])`` scores what follows."""
         _check_ids(prefix, "prefix", self.config.vocab_size, allow_empty=True)
-        state = LMState([KVCache() for _ in self.blocks])
+        window = self.config.window
+        state = LMState(
+            [KVCache() if window is None else RollingKVCache(window) for _ in self.blocks]
+        )
         if prefix.shape[1] > 0:
             self._run_blocks(prefix, caches=state.caches, offset=0, need_weights=False)
         return state
@@ -197,7 +202,12 @@ class TransformerLM(nn.Module):
     # -- the stack -------------------------------------------------------------------------
 
     def _run_blocks(
-        self, ids: Tensor, *, caches: list[KVCache] | None, offset: int, need_weights: bool
+        self,
+        ids: Tensor,
+        *,
+        caches: list[KVCache | RollingKVCache] | None,
+        offset: int,
+        need_weights: bool,
     ) -> tuple[Tensor, list[Tensor]]:
         """Shapes: ids (B, T) at positions offset.. -> hidden (B, T, D), weights per block."""
         self._check_length(offset + ids.shape[1])
@@ -210,7 +220,8 @@ class TransformerLM(nn.Module):
         causal = ids.shape[1] > 1
         mask, block_mask = None, None
         if self.config.window is not None:  # the window is causal itself
-            mask, block_mask = self._window(ids.shape[1], offset, x.device, need_weights)
+            first = 0 if caches is None else caches[0].first  # the oldest key still held
+            mask, block_mask = self._window(ids.shape[1], offset, first, x.device, need_weights)
             causal = False
         weights = []
         for index, block in enumerate(self.blocks):
@@ -231,24 +242,25 @@ class TransformerLM(nn.Module):
         return x, weights
 
     def _window(
-        self, length: int, offset: int, device: torch.device, dense: bool
+        self, length: int, offset: int, first: int, device: torch.device, dense: bool
     ) -> tuple[Tensor | None, BlockMask | None]:
-        """The sliding window for queries at offset.. over keys 0..offset+length-1: query i
-        sees key j iff 0 <= (offset + i) - j < W.  A block mask (flex: blocks outside the
-        window are skipped), or a boolean (length, keys) mask for one decoding step or when
-        the weights are wanted (the flex kernel returns none)."""
-        window, keys = self.config.window, offset + length
+        """The sliding window for queries at positions offset.. over the keys at positions
+        first..offset+length-1 (first > 0 once the rolling cache dropped older keys): query
+        i sees key j iff 0 <= (offset + i) - (first + j) < W.  A block mask (flex: blocks
+        outside the window are skipped), or a boolean (length, keys) mask for one decoding
+        step or when the weights are wanted (the flex kernel returns none)."""
+        window, end = self.config.window, offset + length
         if length == 1 or dense:
-            distance = torch.arange(offset, keys, device=device)[:, None] - torch.arange(
-                keys, device=device
+            distance = torch.arange(offset, end, device=device)[:, None] - torch.arange(
+                first, end, device=device
             )
             return (distance >= 0) & (distance < window), None
 
         def window_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            distance = q_idx + offset - kv_idx
+            distance = q_idx + (offset - first) - kv_idx
             return (distance >= 0) & (distance < window)
 
-        return None, create_block_mask(window_mask, None, None, length, keys, device)
+        return None, create_block_mask(window_mask, None, None, length, end - first, device)
 
     def _check_length(self, length: int) -> None:
         if self.max_positions is not None and length > self.max_positions:
