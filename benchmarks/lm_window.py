@@ -5,8 +5,8 @@
 
 starts the two runs together, one thread each (two processes on a two-core machine):
 
-    qkv train lm --data kjv --context 2048 [--window 256] --max-minutes M --threads 1 \\
-        --batch-size B --out OUT/<name>
+    qkv train lm --data kjv --context 2048 --positions rope [--window 256] \\
+        --max-minutes M --threads 1 --batch-size B --out OUT/<name>
 
 then scores both on the same text, the first ``--tokens`` tokens of the kjv validation split
 (its own books), cut into windows of 2,049 tokens: the mean next-token loss with up to 2,048
@@ -37,7 +37,16 @@ CONTENDERS = {"full causal": [], "window 256": ["--window", "256"]}
 
 def launch(name: str, flags: list[str], out: Path, args: argparse.Namespace) -> subprocess.Popen:
     command = [sys.executable, "-m", "qkv.cli.main", "train", "lm", "--data", "kjv"]
-    command += ["--context", str(CONTEXT), "--out", str(out), "--max-minutes", str(args.minutes)]
+    command += [
+        "--context",
+        str(CONTEXT),
+        "--positions",
+        "rope",
+        "--out",
+        str(out),
+        "--max-minutes",
+        str(args.minutes),
+    ]
     command += ["--threads", "1", "--batch-size", str(args.batch_size), "--device", "cpu"]
     print(f"{name}: {' '.join(command[1:] + flags)}", flush=True)
     log = (out.parent / f"{out.name}.log").open("w")  # a file: a pipe could fill and stall it
@@ -66,7 +75,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=20.0, help="each run's budget")
     parser.add_argument("--out", type=Path, required=True, help="a new folder for both runs")
-    parser.add_argument("--batch-size", type=int, default=4, help="windows of 2,048 per batch")
+    parser.add_argument("--batch-size", type=int, default=2, help="windows of 2,048 per batch")
     parser.add_argument("--tokens", type=int, default=64 * 1024, help="validation tokens scored")
     parser.add_argument(
         "--score-only", action="store_true", help="score the runs already in --out, train none"
