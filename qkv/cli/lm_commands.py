@@ -22,6 +22,9 @@ SETUP_HELP = {
     "vocab_size": "byte-level BPE vocabulary",
     "num_kv_heads": "grouped key/value heads (default: all)",
     "window": "attend to the last W positions only (sliding window on the flex kernel)",
+    "pack": "pack documents end to end into each window, attention and positions kept inside "
+    "each document (kjv: a verse is a document; a text file: paragraphs separated by a blank "
+    "line)",
     "dropout": "dropout, overriding the size's default",
     "batch_size": "windows per batch; sets --max-tokens unless that is given",
 }

@@ -8,6 +8,15 @@ Train/valid split rules (stated, deterministic):
   validation (Judges, Joel, Galatians, Philippians, James); its test books are left out.
 - a file: the last 5% of its lines (at least one) are validation; a file of fewer than 20
   lines has no validation split.
+
+Documents, for packed training (:func:`split_documents`):
+
+- ``kjv``: every verse is a document (one line of the text).  The text carries no chapter
+  marks, and a verse (about 130 characters) is short beside any training window, so packing
+  actually packs.
+- a file: every paragraph is a document: a run of lines separated from the next by one or
+  more blank lines (lines holding only whitespace, which are dropped).  A file with no blank
+  line is one document.
 """
 
 from __future__ import annotations
@@ -21,7 +30,14 @@ import torch
 from ..errors import DataError, InputError, MissingFileError
 from .batch import PAD_ID, Batch
 
-__all__ = ["TextCorpus", "TEXT_CORPORA", "load_text", "TextDataset", "VALID_FRACTION"]
+__all__ = [
+    "TextCorpus",
+    "TEXT_CORPORA",
+    "load_text",
+    "split_documents",
+    "TextDataset",
+    "VALID_FRACTION",
+]
 
 #: Built-in text corpora.
 TEXT_CORPORA = ("kjv",)
@@ -73,6 +89,25 @@ def _kjv() -> TextCorpus:
         return "".join(text + "\n" for text in english_verses(split) if text)
 
     return TextCorpus("kjv", join("train"), join("valid"))
+
+
+def split_documents(corpus: TextCorpus, text: str) -> list[str]:
+    """The documents of ``text`` (one of ``corpus``'s splits), by the rules in the module
+    docstring: verses for ``kjv``, blank-line-separated paragraphs for a file.  Each document
+    keeps its own line breaks; empty ones are dropped."""
+    lines = text.splitlines(keepends=True)
+    if corpus.name == "kjv":
+        return [line for line in lines if line.strip()]
+    documents, current = [], []
+    for line in lines:
+        if line.strip():
+            current.append(line)
+        elif current:
+            documents.append("".join(current))
+            current = []
+    if current:
+        documents.append("".join(current))
+    return documents
 
 
 class TextDataset:

@@ -8,7 +8,7 @@ from .blocks import (
     EncoderBlock,
     EncoderBlockOutput,
 )
-from .cache import AttentionCache, KVCache, StaticKV
+from .cache import AttentionCache, KVCache, RollingKVCache, StaticKV
 from .cnn import RegionEncoder, ResidualBlock, SmallResNet
 from .feature_attention import FeatureAttentionOutput, SelfAttention2d
 from .feedforward import FeedForward
@@ -47,6 +47,7 @@ __all__ = [
     "AttentionMemory",
     "AttentionCache",
     "KVCache",
+    "RollingKVCache",
     "StaticKV",
     "MultiHeadAttention",
     "Score",

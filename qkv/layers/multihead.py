@@ -127,7 +127,9 @@ class MultiHeadAttention(MultiHeadInputChecks, nn.Module):
         (``qkv.functional.attention(..., weights_grad=False)`` chooses how they are made).
 
         ``block_mask`` / ``score_mod`` (FlexAttention's) go to ``attention``'s flex path;
-        position biases (ALiBi) then join as a score function, not a (Tq, Tk) tensor.  That
+        position biases (ALiBi) then join as a score function, not a (Tq, Tk) tensor.  They
+        take that path on their own too wherever it is exact (no ``mask``, no weights, no
+        attention dropout active); otherwise they are added as a dense bias.  That
         kernel has no dropout on the weights: the layer's ``dropout`` is not applied there.
         """
         self._check_inputs(query, key, value, cache)
@@ -141,15 +143,19 @@ class MultiHeadAttention(MultiHeadInputChecks, nn.Module):
                 q = self._project_query(query)  # (B, H, Tq, Dh)
                 k, v = self._project_kv(key, key if value is None else value)  # (B, Hkv, Tk, Dh)
             past = 0 if cache is None else cache.length  # positions before this call's
+            # the keys attended start at position `first` (> 0 once a rolling cache has
+            # dropped old ones); distance biases see the queries at past - first.
+            first = 0 if cache is None else cache.first
             if self.positions is not None:  # self-attention only (checked)
                 q = self.positions.rotate(q, start=past)
                 k = self.positions.rotate(k, start=past)  # the KV heads, before the cache
             if cache is not None:
-                k, v = cache.append(k, v)  # (B, Hkv, past + new positions, Dh)
-            if self.positions is not None and block_mask is None and score_mod is None:
-                mask = _add_bias(mask, self._position_bias(q, k, past))
+                k, v = cache.append(k, v)  # (B, Hkv, past - first + new positions, Dh)
+            flex = block_mask is not None or score_mod is not None
+            if self.positions is not None and not (flex or self._bias_as_score(mask, need_weights)):
+                mask = _add_bias(mask, self._position_bias(q, k, past - first))
             elif self.positions is not None:
-                score_mod = chain_scores(score_mod, self._position_score(q, k, past))
+                score_mod = chain_scores(score_mod, self._position_score(q, k, past - first))
         output, weights = attention(
             q,
             k,
@@ -183,6 +189,17 @@ class MultiHeadAttention(MultiHeadInputChecks, nn.Module):
                 f"attention needs (H, Tq, Tk) = {want}"
             )
         return bias
+
+    def _bias_as_score(self, mask: Tensor | None, need_weights: bool) -> bool:
+        """Whether a position bias (ALiBi) runs as a score function on the flex kernel, never
+        a (Tq, Tk) tensor: where that is exact -- no other mask, no weights asked for, no
+        attention dropout active (the flex kernel has neither)."""
+        return (
+            hasattr(self.positions, "score_mod")
+            and mask is None
+            and not need_weights
+            and not (self.training and self.dropout > 0)
+        )
 
     def _position_score(self, q: Tensor, k: Tensor, past: int):
         """The position bias as a score function, for the flex path (None: only rotations)."""

@@ -55,11 +55,18 @@ class SinusoidalPositionalEncoding(nn.Module):
         cached = sinusoidal_encoding(max_len or 0, d_model, base=base)
         self.register_buffer("encoding", cached, persistent=False)  # (max_len, d_model)
 
-    def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
-        """x plus the encodings of positions ``offset .. offset + T - 1``, then dropout.  Shapes: x
+    def forward(self, x: Tensor, *, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """x plus the encodings of positions ``offset .. offset + T - 1`` (or of ``positions``
+        (B, T), one per token: packed documents restart at 0), then dropout.  Shapes: x
         (B, T, d_model) -> (B, T, d_model)."""
         length = _check_tokens(x, self.d_model, "SinusoidalPositionalEncoding")
         _check_offset(offset)
+        if positions is not None:
+            count = int(_check_positions(positions, x).max()) + 1
+            table = self.encoding
+            if count > table.shape[0]:
+                table = sinusoidal_encoding(count, self.d_model, base=self.base, device=x.device)
+            return self.dropout(x + table[positions].to(x.dtype))  # (B, T, d_model)
         if offset + length <= self.encoding.shape[0]:
             encoding = self.encoding[offset : offset + length]
         else:
@@ -89,10 +96,11 @@ class LearnedPositionalEmbedding(nn.Module):
         self.embedding = _position_table(max_len, d_model)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
-        """x plus the learned vectors of positions ``offset .. offset + T - 1``, then dropout.
+    def forward(self, x: Tensor, *, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """x plus the learned vectors of positions ``offset .. offset + T - 1`` (or of
+        ``positions`` (B, T), one per token), then dropout.
         Shapes: x (B, T, d_model) -> (B, T, d_model)."""
-        vectors = _learned_vectors(self, x, offset)  # (T, d_model)
+        vectors = _learned_vectors(self, x, offset, positions)  # (T or B, T, d_model)
         return self.dropout(x + vectors)
 
     def extra_repr(self) -> str:
@@ -128,10 +136,10 @@ class ConcatenatedPositionalEmbedding(nn.Module):
         self.projection = nn.Linear(d_model + self.position_dim, d_model)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
-        """$W [x_t; p_{t + offset}] + b$, then dropout.  Shapes: x (B, T, d_model) -> (B, T,
-        d_model)."""
-        vectors = _learned_vectors(self, x, offset)  # (T, position_dim)
+    def forward(self, x: Tensor, *, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """$W [x_t; p_{t + offset}] + b$ (or $p$ of ``positions`` (B, T)), then dropout.
+        Shapes: x (B, T, d_model) -> (B, T, d_model)."""
+        vectors = _learned_vectors(self, x, offset, positions)  # (T or B, T, position_dim)
         vectors = vectors.expand(x.shape[0], x.shape[1], self.position_dim)  # (B, T, position_dim)
         return self.dropout(self.projection(torch.cat([x, vectors], dim=-1)))  # (B, T, d_model)
 
@@ -151,11 +159,14 @@ class NoInputPositions(nn.Module):
         self.d_model = d_model
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
-        """x unchanged but for dropout (the positions act inside attention).  Shapes: x (B, T,
-        d_model) -> (B, T, d_model)."""
+    def forward(self, x: Tensor, *, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """x unchanged but for dropout (the positions act inside attention; ``positions``
+        is accepted as the input schemes take it).  Shapes: x (B, T, d_model) -> (B, T,
+        d_model)."""
         _check_tokens(x, self.d_model, "NoInputPositions")
         _check_offset(offset)
+        if positions is not None:
+            _check_positions(positions, x)
         return self.dropout(x)
 
 
@@ -165,10 +176,21 @@ def _position_table(max_len: int, width: int) -> nn.Embedding:
     return table
 
 
-def _learned_vectors(layer: nn.Module, x: Tensor, offset: int) -> Tensor:
-    """The learned vectors of the positions of ``x``, cast to its dtype: (T, width)."""
+def _learned_vectors(
+    layer: nn.Module, x: Tensor, offset: int, positions: Tensor | None = None
+) -> Tensor:
+    """The learned vectors of the positions of ``x``, cast to its dtype: (T, width), or
+    (B, T, width) for ``positions`` (B, T)."""
     length = _check_tokens(x, layer.d_model, type(layer).__name__)
     _check_offset(offset)
+    if positions is not None:
+        last = int(_check_positions(positions, x).max())
+        if last >= layer.max_len:
+            raise InputError(
+                f"positions go up to {last}, but max_len={layer.max_len} learned positions "
+                "exist; raise max_len, or use SinusoidalPositionalEncoding"
+            )
+        return layer.embedding(positions).to(x.dtype)
     if offset + length > layer.max_len:
         raise InputError(
             f"a sequence of length {length} at offset {offset} needs positions up to "
@@ -192,6 +214,22 @@ def _check_tokens(x: Tensor, d_model: int, layer: str) -> int:
             f"got shape {tuple(x.shape)}"
         )
     return x.shape[1]
+
+
+def _check_positions(positions: Tensor, x: Tensor) -> Tensor:
+    """Per-token positions (B, T) of x (B, T, D): non-negative integers."""
+    if (
+        not isinstance(positions, Tensor)
+        or positions.is_floating_point()
+        or positions.shape != x.shape[:2]
+    ):
+        shape = tuple(positions.shape) if isinstance(positions, Tensor) else positions
+        raise InputError(
+            f"positions must be integer positions (B, T) = {tuple(x.shape[:2])}, got {shape}"
+        )
+    if positions.numel() and int(positions.min()) < 0:
+        raise InputError("positions must be non-negative (the first position of a document is 0)")
+    return positions
 
 
 def _check_offset(offset: int) -> None:

@@ -6,7 +6,9 @@ token ids -> embeddings (+ input positions) -> causal self-attention blocks -> f
 The blocks are qkv's :class:`~qkv.layers.EncoderBlock` run with ``causal=True``: each position
 attends to itself and the positions before it.  Generation keeps one KV cache per block
 (``start`` / ``step``, the step protocol the shared decoder drives), so a new token costs
-O(prefix), not O(prefix^2); with grouped KV heads the cache holds only the KV heads.
+O(prefix), not O(prefix^2); with grouped KV heads the cache holds only the KV heads.  With a
+sliding window W the caches roll (:class:`~qkv.layers.RollingKVCache`): they keep the last
+W - 1 positions only, so generation's memory and step cost are bounded by W, not the length.
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from qkv.errors import InputError
-from qkv.functional.block_mask import BlockMask, create_block_mask
 from qkv.layers.blocks import EncoderBlock
-from qkv.layers.cache import KVCache
+from qkv.layers.cache import KVCache, RollingKVCache
 from qkv.layers.multihead import MultiHeadAttention
 from qkv.layers.position_registry import build_attention_positions, build_input_positions
 
 from .base import StepOutput
 from .lm_config import TransformerLMConfig
+from .lm_masks import attention_masks, find_documents
 from .registry import register_model
 
 __all__ = ["TransformerLM", "TransformerLMConfig", "LMOutput", "LMState"]
@@ -43,10 +45,12 @@ class LMOutput:
 
 @dataclass
 class LMState:
-    """What generation carries from step to step: one KV cache per block.  Reorder it along
-    the batch with ``qkv.models.select_state`` (its caches have ``select``)."""
+    """What generation carries from step to step: one KV cache per block, and (packed
+    documents) the position where each row's current document started, (B,).  Reorder it
+    along the batch with ``qkv.models.select_state`` (its caches have ``select``)."""
 
-    caches: list[KVCache]
+    caches: list[KVCache | RollingKVCache]
+    document: Tensor | None = None
 
     @property
     def offset(self) -> int:
@@ -144,7 +148,7 @@ class TransformerLM(nn.Module):
             ids = torch.cat([ids, target_input.to(ids.dtype)], dim=1)
         else:
             _check_ids(ids, "ids", self.config.vocab_size)
-        hidden, weights = self._run_blocks(ids, caches=None, offset=0, need_weights=need_weights)
+        hidden, weights = self._run_blocks(ids, None, need_weights=need_weights)
         logits = self.output(hidden[:, prefix:] if prefix else hidden)  # (B, T, V)
         return LMOutput(logits, {"self": weights} if need_weights else None)
 
@@ -174,9 +178,14 @@ class TransformerLM(nn.Module):
         Generation then calls :meth:`step` with each next token, the prompt's last token
         first, so ``start(prompt[:, :-1])`` + ``step(prompt[:, -1])`` scores what follows."""
         _check_ids(prefix, "prefix", self.config.vocab_size, allow_empty=True)
-        state = LMState([KVCache() for _ in self.blocks])
+        window = self.config.window
+        state = LMState(
+            [KVCache() if window is None else RollingKVCache(window) for _ in self.blocks]
+        )
+        if self.config.document_start is not None:
+            state.document = prefix.new_zeros(prefix.shape[0])  # position 0 opens the first
         if prefix.shape[1] > 0:
-            self._run_blocks(prefix, caches=state.caches, offset=0, need_weights=False)
+            self._run_blocks(prefix, state, need_weights=False)
         return state
 
     def step(self, tokens: Tensor, state: LMState, *, need_attention: bool = False) -> StepOutput:
@@ -188,29 +197,47 @@ class TransformerLM(nn.Module):
             raise InputError(f"step takes one token per sequence, (B,), got {tuple(tokens.shape)}")
         if not isinstance(state, LMState):
             raise TypeError(f"state must come from TransformerLM.start, got {type(state).__name__}")
-        hidden, _ = self._run_blocks(
-            tokens[:, None], caches=state.caches, offset=state.offset, need_weights=False
-        )
+        hidden, _ = self._run_blocks(tokens[:, None], state, need_weights=False)
         logits = self.output(hidden[:, -1])  # (B, V)
         return StepOutput(F.log_softmax(logits.float(), dim=-1), state, None)
 
     # -- the stack -------------------------------------------------------------------------
 
     def _run_blocks(
-        self, ids: Tensor, *, caches: list[KVCache] | None, offset: int, need_weights: bool
+        self, ids: Tensor, state: LMState | None, *, need_weights: bool
     ) -> tuple[Tensor, list[Tensor]]:
-        """Shapes: ids (B, T) at positions offset.. -> hidden (B, T, D), weights per block."""
+        """Shapes: ids (B, T) at positions offset.. (after the state's) -> hidden (B, T, D),
+        weights per block.  The state's caches (and current documents) advance in place."""
+        config = self.config
+        caches = None if state is None else state.caches
+        offset = 0 if state is None else state.offset
         self._check_length(offset + ids.shape[1])
         x = self.token_embedding(ids)  # (B, T, D)
         if self.embedding_scale != 1.0:
             x = x * self.embedding_scale
-        x = self.positions(x, offset=offset)  # (B, T, D), dropout included
+        documents = None
+        if config.document_start is not None:  # packed documents: positions restart at each
+            origin = ids.new_zeros(ids.shape[0]) if state is None else state.document
+            documents = find_documents(ids, config.document_start, offset=offset, origin=origin)
+            x = self.positions(x, positions=documents.positions)  # (B, T, D), dropout included
+            if state is not None:
+                state.document = documents.starts[:, -1]
+        else:
+            x = self.positions(x, offset=offset)  # (B, T, D), dropout included
         # One new position (a decoding step) is the last one: it may attend to every key, so
         # no causal mask is needed (and none is built).
         causal = ids.shape[1] > 1
         mask, block_mask = None, None
-        if self.config.window is not None:  # the window is causal itself
-            mask, block_mask = self._window(ids.shape[1], offset, x.device, need_weights)
+        if config.window is not None or documents is not None:  # causal themselves
+            mask, block_mask = attention_masks(
+                length=ids.shape[1],
+                offset=offset,
+                first=0 if caches is None else caches[0].first,  # the oldest key still held
+                window=config.window,
+                documents=documents,
+                device=x.device,
+                dense=need_weights or ids.shape[1] == 1,  # the flex kernel returns no weights
+            )
             causal = False
         weights = []
         for index, block in enumerate(self.blocks):
@@ -229,26 +256,6 @@ class TransformerLM(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x, weights
-
-    def _window(
-        self, length: int, offset: int, device: torch.device, dense: bool
-    ) -> tuple[Tensor | None, BlockMask | None]:
-        """The sliding window for queries at offset.. over keys 0..offset+length-1: query i
-        sees key j iff 0 <= (offset + i) - j < W.  A block mask (flex: blocks outside the
-        window are skipped), or a boolean (length, keys) mask for one decoding step or when
-        the weights are wanted (the flex kernel returns none)."""
-        window, keys = self.config.window, offset + length
-        if length == 1 or dense:
-            distance = torch.arange(offset, keys, device=device)[:, None] - torch.arange(
-                keys, device=device
-            )
-            return (distance >= 0) & (distance < window), None
-
-        def window_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            distance = q_idx + offset - kv_idx
-            return (distance >= 0) & (distance < window)
-
-        return None, create_block_mask(window_mask, None, None, length, keys, device)
 
     def _check_length(self, length: int) -> None:
         if self.max_positions is not None and length > self.max_positions:

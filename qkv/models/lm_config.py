@@ -37,6 +37,10 @@ class TransformerLMConfig:
         positions, itself included (Mistral's sliding window), on the flex kernel, which
         skips the blocks outside the window (and drops no attention weights: ``dropout``
         still applies to embeddings, residual branches and the feed-forward layer).
+    document_start: None (one stream) or the token id that opens every document of a packed
+        window (qkv's tokenizers: 1, ``<s>``): each position attends only to its own
+        document, from the latest such token at or before it, and its input position counts
+        from there (:mod:`qkv.models.lm_masks`).
     """
 
     vocab_size: int
@@ -54,6 +58,7 @@ class TransformerLMConfig:
     bias: bool = True
     layer_norm_eps: float = 1e-5
     window: int | None = None
+    document_start: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_kv_heads is None:
@@ -83,6 +88,15 @@ class TransformerLMConfig:
             raise InputError(
                 f"window={self.window!r} must be a positive number of positions (e.g. 256), "
                 "or None for full causal attention"
+            )
+        if self.document_start is not None and (
+            not isinstance(self.document_start, int)
+            or isinstance(self.document_start, bool)
+            or not 0 <= self.document_start < self.vocab_size
+        ):
+            raise InputError(
+                f"document_start={self.document_start!r} must be a token id in "
+                f"0..{self.vocab_size - 1} (qkv's <s> is 1), or None for one stream"
             )
 
     @property

@@ -54,6 +54,12 @@ class ContextParallelLM(nn.Module):
                 f"context parallelism needs dropout 0 (ring attention has no attention "
                 f"dropout), got dropout={config.dropout}; pass --dropout 0"
             )
+        if config.window is not None or config.document_start is not None:
+            raise InputError(
+                "context parallelism runs full causal attention; a sliding window (--window) "
+                "or packed documents (--pack) would be ignored: drop them, or train on one "
+                "process"
+            )
         self.lm, self.group = lm, group
         self.world_size = group_rank_and_size(group)[1]
 

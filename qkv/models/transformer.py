@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qkv.functional import padding_mask
+from qkv.functional import BlockMask, create_block_mask, padding_mask
 from qkv.layers.blocks import DecoderBlock, DecoderLayerState, EncoderBlock
 from qkv.layers.multihead import MultiHeadAttention
 from qkv.layers.position_registry import build_attention_positions, build_input_positions
@@ -166,8 +166,27 @@ class Transformer(nn.Module):
         source_mask = padding_mask(source, self.config.pad_id)  # (B, 1, 1, S)
         x = self._drop_words(source, self.source_embedding(source) * self.embedding_scale)
         x = self.source_positions(x)
-        out = self.encoder(x, mask=source_mask, need_weights=need_weights)
+        mask, block_mask = source_mask, None
+        if self.config.encoder_window is not None:
+            mask, block_mask = self._local(source_mask, dense=need_weights)
+        out = self.encoder(x, mask=mask, need_weights=need_weights, block_mask=block_mask)
         return EncoderOutput(out.hidden, source_mask, out.attention)
+
+    def _local(self, source_mask: Tensor, *, dense: bool) -> tuple[Tensor | None, BlockMask | None]:
+        """Local encoder self-attention: i sees j iff |i - j| <= encoder_window and j is a real
+        token.  A block mask (blocks outside the window skipped), or the boolean (B, 1, S, S)
+        mask when the weights are wanted (the flex kernel returns none)."""
+        radius, real = self.config.encoder_window, source_mask[:, 0, 0]  # real: (B, S)
+        batch, length = real.shape
+        if dense:
+            positions = torch.arange(length, device=real.device)
+            near = (positions[:, None] - positions).abs() <= radius  # (S, S)
+            return source_mask & near, None
+
+        def local_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return ((q_idx - kv_idx).abs() <= radius) & real[b, kv_idx]
+
+        return None, create_block_mask(local_mask, batch, None, length, length, real.device)
 
     def decode(
         self,

@@ -52,6 +52,11 @@ class TransformerConfig:
     scale_embeddings: multiply token embeddings by sqrt(d_model), as the paper does.
     pad_id: the padding token id (masked in attention, zero embedding).
     layer_norm_eps: epsilon of every LayerNorm.
+    encoder_window: None (default: every source position attends to every other) or R:
+        local encoder self-attention, source position i attends to j only if |i - j| <= R
+        (Longformer's local window, 2R + 1 keys), on the flex kernel, which skips the blocks
+        outside the window; that kernel drops no attention weights (``attention_dropout``
+        then acts in the decoder only).  The decoder is unchanged.
     """
 
     source_vocab_size: int
@@ -76,6 +81,7 @@ class TransformerConfig:
     activation_dropout: float | None = None
     word_dropout: float = 0.0
     bos_id: int = 1
+    encoder_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.target_vocab_size is None:
@@ -103,6 +109,14 @@ class TransformerConfig:
         if self.layer_norm_eps <= 0:
             raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be positive")
         self._check_dropout_sites()
+        window = self.encoder_window
+        if window is not None and (
+            not isinstance(window, int) or isinstance(window, bool) or window < 1
+        ):
+            raise InputError(
+                f"encoder_window={window!r} must be a positive number of positions on each "
+                "side (e.g. 64), or None for full encoder self-attention"
+            )
 
     def _check_dropout_sites(self) -> None:
         for name in ("attention_dropout", "activation_dropout", "word_dropout"):

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from qkv.errors import InputError
+from qkv.functional.block_mask import BlockMask
 from qkv.layers.blocks import DecoderBlock, DecoderLayerState, EncoderBlock
 from qkv.layers.multihead import MultiHeadAttention
 
@@ -62,11 +63,18 @@ class TransformerEncoder(nn.Module):
         self.norm = norm
 
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+        block_mask: BlockMask | None = None,
     ) -> EncoderStackOutput:
+        """``block_mask``: a flex block mask for every block's self-attention (local
+        attention), in place of ``mask``."""
         weights: list[Tensor] = []
         for block in self.layers:
-            out = block(x, mask=mask, need_weights=need_weights)
+            out = block(x, mask=mask, need_weights=need_weights, block_mask=block_mask)
             x = out.hidden
             if need_weights:
                 weights.append(out.self_attention)

@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..data.text import TextDataset, load_text
+from ..data.batch import BOS_ID
+from ..data.text import TextCorpus, TextDataset, load_text, split_documents
 from ..data.text_tokenizers import TEXT_TOKENIZER_KINDS, encode_prompt, train_text_tokenizer
 from ..data.tokenizers import Tokenizer
 from ..decoding import sample
@@ -36,6 +37,7 @@ __all__ = [
     "load_lm",
     "LoadedLM",
     "encode_text",
+    "encode_documents",
     "context_loss",
     "generate_text",
 ]
@@ -57,6 +59,10 @@ class LMSetup:
     num_kv_heads: grouped key/value heads (None: one per query head).
     dropout: overrides the size's dropout (None: keep it).
     window: sliding-window causal attention over the last W positions (None: full causal).
+    pack: train on documents packed end to end into every window, each opened by ``<s>``,
+        attention blocked across their boundaries and positions restarting at each (the
+        documents: verses of ``kjv``, blank-line-separated paragraphs of a file; see
+        :func:`qkv.data.text.split_documents`).  Validation is packed the same way.
     batch_size: windows per batch: the run's ``max_tokens`` unless one is given.
     """
 
@@ -69,6 +75,7 @@ class LMSetup:
     num_kv_heads: int | None = None
     dropout: float | None = None
     window: int | None = None
+    pack: bool = False
     batch_size: int = 12
 
     def __post_init__(self) -> None:
@@ -119,6 +126,7 @@ def lm_config(setup: LMSetup, vocab_size: int) -> TransformerLMConfig:
         num_kv_heads=setup.num_kv_heads,
         positions=setup.positions,
         window=setup.window,
+        document_start=BOS_ID if setup.pack else None,
     )
 
 
@@ -130,17 +138,43 @@ def encode_text(tokenizer: Tokenizer, text: str) -> torch.Tensor:
     return torch.tensor(tokenizer.encode(text), dtype=torch.long)
 
 
+def encode_documents(tokenizer: Tokenizer, documents: list[str]) -> torch.Tensor:
+    """The ids of ``documents`` packed end to end, each opened by ``<s>`` (BOS_ID), (N,) long."""
+    parts = [torch.zeros(0, dtype=torch.long)]
+    for text in documents:
+        parts += [torch.tensor([BOS_ID]), encode_text(tokenizer, text).long()]
+    return torch.cat(parts)
+
+
+def _read(setup: LMSetup) -> TextCorpus:
+    """The corpus; with ``pack``, refused early if it has fewer than two documents."""
+    corpus = load_text(setup.data)
+    if setup.pack and len(split_documents(corpus, corpus.train)) < 2:
+        raise InputError(
+            f"--pack packs documents, and {corpus.name} has none to pack: a text file's "
+            "documents are its paragraphs, separated by a blank line, and this one has no "
+            "blank line; put a blank line between its documents, or train without --pack",
+            fields=("pack",),
+        )
+    return corpus
+
+
 def _saved_tokenizer(out_dir: Path) -> Tokenizer:
     with reading_errors(CheckpointError):
         return load_checkpoint(out_dir, load_tokenizers=True).tokenizers[TOKENIZER_FILE]
 
 
 def _datasets(setup: LMSetup, model: TransformerLM, corpus, tokenizer: Tokenizer) -> TaskData:
+    def stream(text: str) -> torch.Tensor:
+        if setup.pack:
+            return encode_documents(tokenizer, split_documents(corpus, text))
+        return encode_text(tokenizer, text)
+
     context = setup.context_length
-    train_data = TextDataset(encode_text(tokenizer, corpus.train), context=context)
+    train_data = TextDataset(stream(corpus.train), context=context)
     valid_data = None
     if corpus.valid:
-        valid_data = TextDataset(encode_text(tokenizer, corpus.valid), context=context)
+        valid_data = TextDataset(stream(corpus.valid), context=context)
     return TaskData(train_data, valid_data)
 
 
@@ -148,7 +182,7 @@ def _datasets(setup: LMSetup, model: TransformerLM, corpus, tokenizer: Tokenizer
 LM = TaskSpec(
     task="lm",
     preset=lm_preset,
-    read=lambda setup: load_text(setup.data),
+    read=_read,
     vocabulary=lambda setup, corpus: train_text_tokenizer(
         setup.tokenizer, corpus.train, vocab_size=setup.vocab_size
     ),
@@ -249,6 +283,9 @@ def generate_text(
             f"num_samples={num_samples!r} must be a positive integer", fields=("num_samples",)
         )
     prompt_ids = encode_prompt(lm.tokenizer, prompt)
+    document_start = getattr(lm.model.config, "document_start", None)
+    if document_start is not None:  # trained packed: <s> opens the document
+        prompt_ids = [document_start, *prompt_ids]
     limit = getattr(lm.model, "max_positions", None)
     if limit is not None and len(prompt_ids) > limit:
         raise InputError(lm.too_long(len(prompt_ids)))
