@@ -104,7 +104,7 @@ def test_config_and_setup_refuse_bad_values_with_one_clear_error():
         ClassifierConfig(num_classes=3, channels=2)
     with pytest.raises(InputError, match="does not fit"):
         ClassifierSetup(data="clips", task="image")
-    with pytest.raises(InputError, match="--pool last"):
+    with pytest.raises(InputError, match="pool='last'"):
         ClassifierSetup(data="fashion-mnist", pool="last")
 
 
@@ -190,7 +190,7 @@ def test_attention_figures_are_written(tmp_path):
     )
     assert heads.name == "h.png" and heads.stat().st_size > 1000
     alone = FrameTagger(ClassifierConfig(tagger_layers=0, **CONFIG))
-    with pytest.raises(InputError, match="--feature-attention"):
+    with pytest.raises(InputError, match="feature_attention"):
         plot_classifier_attention(alone, data, tmp_path / "x.png")
 
 

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-from pathlib import Path
 
-from ..errors import CheckpointError, DataError, InputError
 from ..tasks.captioning import CaptioningSetup
 from ..tasks.presets import preset_for
 from .options import (
@@ -22,7 +20,7 @@ from .options import (
     train_from_args,
 )
 
-__all__ = ["add_train_parser", "register", "attention_paths"]
+__all__ = ["add_train_parser", "register"]
 
 EXAMPLE = "\n\nexample:\n  "
 
@@ -113,54 +111,32 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
     )
     caption.add_argument("--attention-out", help="PNG file for the attention strip(s)")
     caption.add_argument("--device", default="cpu", help="cpu or cuda")
-    record_flags(caption, "beam", attention_out="--attention-out")
+    record_flags(caption, "beam", "length_penalty", "device", attention_out="--attention-out")
     caption.set_defaults(run=_caption)
-
-
-def attention_paths(path: str | Path, count: int) -> list[Path]:
-    """Where the strips of ``count`` images go: ``path`` itself for one image, else
-    ``<stem>-0.png``, ``<stem>-1.png``, ... beside it."""
-    path = Path(path)
-    if path.suffix.lower() != ".png":
-        raise InputError(f"--attention-out {str(path)!r} must be a .png file")
-    if count == 1:
-        return [path]
-    return [path.with_name(f"{path.stem}-{index}{path.suffix}") for index in range(count)]
 
 
 def _train_captioning(args: argparse.Namespace) -> int:
     from ..tasks.captioning import CAPTIONING
-    from ..tasks.captioning_transfer import ENCODER_FIELDS, fit_setup_to_classifier
     from ..tasks.task import train_with_options
 
-    setup = setup_from(args, CaptioningSetup)
-    if setup.encoder_from is not None:
-        setup = fit_setup_to_classifier(setup)
-        taken = ", ".join(f"{name}={getattr(setup, name)}" for name in ENCODER_FIELDS)
-        print(f"encoder from {setup.encoder_from}: {taken}")
     train = functools.partial(train_with_options, CAPTIONING)
-    return report_run(train_from_args(train, setup, args), args.out)
+    return report_run(train_from_args(train, setup_from(args, CaptioningSetup), args), args.out)
 
 
 def _caption(args: argparse.Namespace) -> int:
-    from ..tasks import ImageCaptioner, plot_caption_attention, reading_errors
+    from ..tasks.caption_files import caption_files
 
-    paths = attention_paths(args.attention_out, len(args.images)) if args.attention_out else []
-    with reading_errors(CheckpointError):
-        captioner = ImageCaptioner.from_checkpoint(args.checkpoint, device=args.device)
-    if paths and not captioner.has_attention:
-        raise InputError(
-            "this checkpoint is the no-attention baseline: it has no attention to plot; "
-            "drop --attention-out"
-        )
-    with reading_errors(DataError):
-        images = captioner.load_images(args.images)
-    captions = captioner.caption(
-        images, beam=args.beam, length_penalty=args.length_penalty, need_attention=bool(paths)
+    captioned = caption_files(
+        args.checkpoint,
+        args.images,
+        beam=args.beam,
+        length_penalty=args.length_penalty,
+        attention_out=args.attention_out,
+        device=args.device,
     )
-    for file_name, caption in zip(args.images, captions, strict=True):
-        print(f"{file_name}: {caption.text}")
-    grid = captioner.model.config.grid
-    for image, caption, path in zip(images, captions, paths, strict=False):
-        print(f"attention: {plot_caption_attention(image, caption, path, grid=grid)}")
+    for item in captioned:
+        print(f"{item.file}: {item.caption.text}")
+    for item in captioned:
+        if item.strip is not None:
+            print(f"attention: {item.strip}")
     return 0

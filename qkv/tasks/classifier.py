@@ -88,7 +88,7 @@ class ClassifierSetup:
         pool = self.pool or pools[0]
         if pool not in pools:
             raise InputError(
-                f"--pool {pool} is not one of {pools} for task {task!r}", fields=("pool",)
+                f"pool={pool!r} is not one of {pools} for task {task!r}", fields=("pool",)
             )
         size = self.image_size
         if size is None:

@@ -70,7 +70,8 @@ class TaskSpec:
     tokenizers: the files the vocabulary is saved as in each checkpoint.
     build: the model of a setup over a vocabulary.
     datasets: the trainer's data, validation metrics and metadata.
-    prepare: the setup as trained (the captioner takes a classifier's encoder fields)."""
+    prepare: ``prepare(setup, say)`` -> the setup as trained, told through ``say`` where it
+        differs (the captioner takes a classifier's encoder fields)."""
 
     task: str
     preset: Callable[[Any], Preset]
@@ -80,7 +81,7 @@ class TaskSpec:
     vocabulary: Callable[[Any, Any], Any] | None = None
     saved_vocabulary: Callable[[Path], Any] | None = None
     tokenizers: Callable[[Any], dict[str, Any]] = lambda vocabulary: {}
-    prepare: Callable[[Any], Any] = lambda setup: setup
+    prepare: Callable[[Any, Callable[[str], object]], Any] = lambda setup, say: setup
 
 
 def check_run_folder(out_dir: str | Path, *, resume: bool) -> Path:
@@ -120,7 +121,7 @@ def train_task(
     choice is recorded in the checkpoint's metadata (``"schedule"``) and told through
     ``say``."""
     out_dir = check_run_folder(out_dir, resume=resume)
-    setup = spec.prepare(setup)
+    setup = spec.prepare(setup, say or (lambda line: None))
     raw = spec.read(setup)
     vocabulary = None
     if resume and spec.saved_vocabulary is not None:
