@@ -393,7 +393,7 @@ def test_bad_data_gives_one_clear_line(run_dir, tmp_path, capsys):
     assert "not valid JSON" in error_of([*evaluate, "--data", str(broken)], capsys)
     with pytest.raises(ValueError, match="no images to evaluate"):
         evaluate_captioning(ImageCaptioner.from_checkpoint(run_dir), [])
-    with pytest.raises(ValueError, match="min-count"):
+    with pytest.raises(ValueError, match="lower min_count"):
         train_captioning(CaptioningSetup(train_size=2, min_count=1000), TrainConfig(), tmp_path)
 
 

@@ -19,6 +19,7 @@ from ..tasks.task import RECIPE_FIELDS, use_threads
 from ..training import TrainConfig, TrainResult
 from ..training.config import SCHEDULES
 from ..training.recipes import WARMUP_FRACTION
+from ..training.schedules import schedule_option
 
 __all__ = [
     "add_setup_options",
@@ -32,8 +33,10 @@ __all__ = [
 ]
 
 _DEFAULTS = TrainConfig()
+_FIELDS = {field.name for field in dataclasses.fields(TrainConfig)}
 
-#: The trainer's options: TrainConfig field -> help (the default is added from the presets).
+#: The trainer's options: TrainConfig field, or a schedule's option (``schedule_options``),
+#: -> help (the default is added from the presets).
 TRAIN_HELP: dict[str, str] = {
     "epochs": "epoch budget (0 = no epoch limit)",
     "max_steps": "optimizer-step budget",
@@ -130,7 +133,8 @@ def _show(value: Any) -> str:
 def _train_default(name: str, presets: Mapping[str, Preset]) -> str:
     """What the family's presets make of a TrainConfig field, for ``--help``: the recipe's
     value per size where a recipe chooses it, else the preset's or TrainConfig's."""
-    fallback = {label: p.train.get(name, getattr(_DEFAULTS, name)) for label, p in presets.items()}
+    own = getattr(_DEFAULTS, name) if name in _FIELDS else schedule_option(name).default
+    fallback = {label: p.train.get(name, own) for label, p in presets.items()}
     fitted = {
         label: getattr(p.recipe, name)
         for label, p in presets.items()
@@ -166,7 +170,7 @@ def add_train_options(
     )
     for name, text in TRAIN_HELP.items():
         default = (notes or {}).get(name) or _train_default(name, presets)
-        kind = _value_type(hints[name])
+        kind = _value_type(hints[name]) if name in hints else schedule_option(name).type
         record_flags(parser, **{name: _flag(name)})
         if kind is bool:
             group.add_argument(
@@ -199,8 +203,12 @@ def add_train_options(
 
 
 def given_train_values(args: argparse.Namespace) -> dict[str, Any]:
-    """The TrainConfig fields the user gave (``--epochs 0``: no epoch limit)."""
+    """The TrainConfig fields the user gave (``--epochs 0``: no epoch limit); a schedule's
+    options go into ``schedule_options``."""
     given = {name: getattr(args, name) for name in TRAIN_HELP if hasattr(args, name)}
+    options = {name: given.pop(name) for name in list(given) if name not in _FIELDS}
+    if options:
+        given["schedule_options"] = options
     if "epochs" in given:
         given["epochs"] = given["epochs"] or None
     if hasattr(args, "beta2"):

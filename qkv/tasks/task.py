@@ -167,6 +167,9 @@ def train_config(preset: Preset, given: Mapping[str, Any], *, fitted: bool = Fal
     what the user ``given``.  ``fitted``: the recipe chooses the learning rate later (and
     checks ``min_lr`` against it then), so an lr not given only holds a place here."""
     values = {**preset.train, **given}
+    options = {**preset.train.get("schedule_options", {}), **given.get("schedule_options", {})}
+    if options:
+        values["schedule_options"] = options
     if fitted and "lr" not in given:
         values["lr"] = max(values.get("lr", TrainConfig.lr), values.get("min_lr", 0.0))
     try:

@@ -18,7 +18,7 @@ from .checkpoint import load_trainer_state, load_weights, read_pointer, save_che
 from .config import TrainConfig
 from .distributed import DistributedContext, all_gather_object, barrier
 from .optimizer import make_optimizer
-from .schedules import build_schedule, schedule_kind
+from .schedules import build_schedule
 from .state import TrainerState, capture_rng, check_resumable, restore_rng, seed_everything
 from .weights import WeightsMismatchError
 
@@ -47,7 +47,7 @@ def start_or_resume(
         warmup_steps=config.warmup_steps,
         total_steps=length,
         floor=config.min_lr / config.lr,
-        **{option: getattr(config, option) for option in schedule_kind(config.schedule).options},
+        **config.schedule_options,
     )
     if saved is None:
         seed_everything(config.seed + context.rank)  # dropout differs across ranks
