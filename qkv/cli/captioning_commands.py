@@ -14,7 +14,6 @@ from ..tasks.presets import preset_for
 from .options import (
     add_setup_options,
     add_train_options,
-    record_flags,
     report_run,
     setup_from,
     train_from_args,
@@ -111,7 +110,6 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
     )
     caption.add_argument("--attention-out", help="PNG file for the attention strip(s)")
     caption.add_argument("--device", default="cpu", help="cpu or cuda")
-    record_flags(caption, "beam", "length_penalty", "device", attention_out="--attention-out")
     caption.set_defaults(run=_caption)
 
 

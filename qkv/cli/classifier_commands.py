@@ -12,7 +12,6 @@ from ..tasks.presets import PRESETS, sizes_of
 from .options import (
     add_setup_options,
     add_train_options,
-    record_flags,
     report_run,
     setup_from,
     train_from_args,
@@ -108,7 +107,6 @@ def add_classify_parser(commands: argparse._SubParsersAction) -> None:
     classify.add_argument("--count", type=int, default=4, help="items to draw (default: 4)")
     classify.add_argument("--json", action="store_true", help="print the scores as JSON")
     classify.add_argument("--device", default="cpu", help="cpu or cuda")
-    record_flags(classify, "limit", "count", attention_out="--attention-out")
     classify.set_defaults(run=_classify)
 
 

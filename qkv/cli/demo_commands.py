@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from .options import record_flags
-
 EXAMPLE = "\n\nexample:\n  "
 
 
@@ -38,7 +36,6 @@ def register(commands: argparse._SubParsersAction) -> None:
         type=int,
         help="CPU threads for torch (default: torch's choice for translation, 1 for captioning)",
     )
-    record_flags(demo, "threads")
     demo.set_defaults(run=_demo)
 
 

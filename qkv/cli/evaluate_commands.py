@@ -7,7 +7,7 @@ import json
 
 from ..data import SPLITS
 from ..tasks.evaluate import EvaluationRequest, evaluate_checkpoint
-from .options import record_flags, setup_from
+from .options import setup_from
 
 __all__ = ["register"]
 
@@ -46,7 +46,6 @@ def register(commands: argparse._SubParsersAction) -> None:
         "41+); the JSON gains 'by_length'",
     )
     evaluate.add_argument("--images", help="captioners on a Karpathy JSON: the image folder")
-    record_flags(evaluate, "limit", "beam", "split", "data", "images")
     evaluate.set_defaults(run=_evaluate)
 
 

@@ -218,7 +218,8 @@ def given_train_values(args: argparse.Namespace) -> dict[str, Any]:
 
 def record_flags(parser: argparse.ArgumentParser, *fields: str, **renamed: str) -> None:
     """Remember which flag sets each config field (``--field-name``, or ``renamed``'s), so that
-    an error naming a field can say the flag (:func:`flags_of`)."""
+    an error naming a field can say the flag (:func:`flags_of`).  An option whose flag is its
+    field's name (``--beam`` for ``beam``) needs no record."""
     flags = dict(parser.get_default("flags") or {})
     flags |= {name: _flag(name) for name in fields} | renamed
     parser.set_defaults(flags=flags)
@@ -229,11 +230,12 @@ def flags_of(args: argparse.Namespace, fields: tuple[str, ...]) -> list[str]:
     flags = getattr(args, "flags", None) or {}
     shown = []
     for name in fields:
-        if name not in flags:
+        if name not in flags and name not in vars(args):
             continue
+        flag = flags.get(name, _flag(name))
         value = getattr(args, name, None)
         given = value is not None and not isinstance(value, bool)
-        shown.append(f"{flags[name]} {value}" if given else flags[name])
+        shown.append(f"{flag} {value}" if given else flag)
     return shown
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..decoding.search import check_search
 from ..errors import CheckpointError, DataError, InputError
 from .image_captioner import Caption, ImageCaptioner, plot_caption_attention
 from .translator import reading_errors
@@ -48,8 +49,7 @@ def caption_files(
     """Caption picture ``files`` with the captioner of ``checkpoint`` (a run or step folder);
     with ``attention_out`` (a .png) also draw each picture's attention strip there (several
     pictures: ``<stem>-<i>.png``).  Every argument is checked before the model is loaded."""
-    if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
-        raise InputError(f"beam={beam!r} must be a whole number >= 1", fields=("beam",))
+    check_search(beam, length_penalty)
     paths = attention_paths(attention_out, len(files)) if attention_out is not None else []
     with reading_errors(CheckpointError):
         captioner = ImageCaptioner.from_checkpoint(checkpoint, device=device)
