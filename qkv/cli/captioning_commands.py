@@ -12,6 +12,8 @@ import functools
 from ..tasks.captioning import CaptioningSetup
 from ..tasks.presets import preset_for
 from .options import (
+    add_checkpoint_options,
+    add_command,
     add_setup_options,
     add_train_options,
     report_run,
@@ -20,8 +22,6 @@ from .options import (
 )
 
 __all__ = ["add_train_parser", "register"]
-
-EXAMPLE = "\n\nexample:\n  "
 
 #: CaptioningSetup field -> help of its option, by group.
 SETUP_HELP = {
@@ -62,7 +62,8 @@ SETUP_HELP = {
 
 def add_train_parser(tasks: argparse._SubParsersAction) -> None:
     """Add `qkv train captioning` to the `qkv train` task parsers."""
-    captioning = tasks.add_parser(
+    captioning = add_command(
+        tasks,
         "captioning",
         help="train an image captioner (Show, Attend and Tell) on scenes or a Karpathy JSON",
         description="Train a captioner whose decoder attends over image regions at every word. "
@@ -70,12 +71,10 @@ def add_train_parser(tasks: argparse._SubParsersAction) -> None:
         "split file (Flickr8k/30k, COCO) with its pictures under --images. Checkpoints, the "
         "word vocabulary and log.jsonl go to --out; validation logs BLEU-4 (0-100), exact "
         "match and, on the scenes, attention grounding. --max-tokens counts an image as its "
-        "regions: 4096 makes batches of 64 images with the 8 x 8 grid."
-        + EXAMPLE
-        + "qkv train captioning --data shapes --out runs/shapes --max-minutes 20"
-        + "\n  qkv train captioning --data dataset_flickr8k.json --images Flicker8k_Dataset "
+        "regions: 4096 makes batches of 64 images with the 8 x 8 grid.",
+        examples="qkv train captioning --data shapes --out runs/shapes --max-minutes 20\n"
+        "qkv train captioning --data dataset_flickr8k.json --images Flicker8k_Dataset "
         "--image-size 128 --out runs/flickr8k",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     captioning.add_argument(
         "--out", required=True, help="run folder (checkpoints, vocab, log.jsonl)"
@@ -91,25 +90,23 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
     """Add `qkv train captioning` (to ``tasks``, the subcommands of `qkv train`) and `qkv
     caption`."""
     add_train_parser(tasks)
-    caption = commands.add_parser(
+    caption = add_command(
+        commands,
         "caption",
         help="caption images with a trained captioner, optionally with attention strips (PNG)",
         description="Caption picture files (any size or mode: converted to RGB, resized and "
         "centre-cropped as in training). With --attention-out, writes per image a strip of "
         "the image and one panel per generated word with its attention overlaid; several "
-        "images write FILE-0.png, FILE-1.png, ... in the order given."
-        + EXAMPLE
-        + "qkv caption --checkpoint runs/shapes scene.png --attention-out scene-attention.png",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "images write FILE-0.png, FILE-1.png, ... in the order given.",
+        examples="qkv caption --checkpoint runs/shapes scene.png --attention-out scene-attention.png",
     )
-    caption.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
+    add_checkpoint_options(caption)
     caption.add_argument("images", nargs="+", metavar="IMAGE", help="picture files")
     caption.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy, default)")
     caption.add_argument(
         "--length-penalty", type=float, default=1.0, help="GNMT length penalty for beam search"
     )
     caption.add_argument("--attention-out", help="PNG file for the attention strip(s)")
-    caption.add_argument("--device", default="cpu", help="cpu or cuda")
     caption.set_defaults(run=_caption)
 
 

@@ -22,6 +22,8 @@ from ..training.recipes import WARMUP_FRACTION
 from ..training.schedules import schedule_option
 
 __all__ = [
+    "add_command",
+    "add_checkpoint_options",
     "add_setup_options",
     "setup_from",
     "add_train_options",
@@ -72,6 +74,26 @@ _FITTED = {
     "warmup_steps": f", cut to {WARMUP_FRACTION * 100:.0f}%% of the planned steps when the "
     "budget is short; for --max-minutes the steps/s are measured on a few batches first",
 }
+
+
+def add_command(
+    commands: argparse._SubParsersAction, name: str, *, help: str, description: str, examples: str
+) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` shows ``description`` as written, then the ``examples``
+    (one command a line)."""
+    example = "\n  ".join(examples.splitlines())
+    return commands.add_parser(
+        name,
+        help=help,
+        description=f"{description}\n\nexample:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint`` (required) and ``--device``: what every command reading a run takes."""
+    parser.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
 
 
 def _flag(name: str) -> str:
