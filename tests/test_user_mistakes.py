@@ -194,7 +194,7 @@ def _snapshot(folder) -> dict:
 
 
 #: (argv, words of the one line); {tr} {lm} {cap} {cls}: the runs, {root}: their folder,
-#: {out}: a run folder that a refused command must not create.
+#: {out}: a run folder (or file) there that a refused command must not create.
 NUMERIC = [
     ("translate --checkpoint {tr} --length-penalty -1 abc", "length_penalty=-1.0"),
     ("translate --checkpoint {tr} --length-penalty nan abc", "length_penalty=nan"),
@@ -212,8 +212,8 @@ NUMERIC = [
     ("attention --checkpoint {tr} abc --out {root}/a.png --head 99", "head=99 does not exist"),
     ("attention --checkpoint {tr} abc --out {root}/a.png --layer 7", "layer=7 does not exist"),
     ("classify --checkpoint {cls} --limit -1", "limit=-1"),
-    ("explore --checkpoint {tr} abc --beam 0 --out {out}", "beam=0"),
-    ("explore --checkpoint {cls} --test 0 --out {out}", "--test 0"),
+    ("explore --checkpoint {tr} abc --beam 0 --out {out}.html", "beam=0"),
+    ("explore --checkpoint {cls} --test 0 --out {out}.html", "--test 0"),
     ("demo --threads 0 --out {out}", "threads=0"),
     ("train lm --data {root}/text.txt --context 0 --out {out}", "context"),
     ("train lm --data {root}/text.txt --batch-size 0 --out {out}", "batch_size"),
@@ -253,15 +253,16 @@ BAD_PATHS = ["missing", "folder", "empty", "binary"]
 
 def _refused(template: str, runs: dict, capsys, **names) -> str:
     """Run ``template`` on the runs; it must be refused in one line, leaving every run as it
-    was and creating no {out}."""
+    was and writing nothing beside them."""
     root = runs["root"]
     values = {key: str(value) for key, value in runs.items()} | names
     out = root / "refused"
     argv = [part.format(out=out, **values) for part in template.split()]
     before = {name: _snapshot(runs[name]) for name in ("tr", "lm", "cap", "cls")}
+    entries = sorted(root.iterdir())
     line = _error(argv, capsys)
     assert {name: _snapshot(runs[name]) for name in before} == before
-    assert not out.exists()
+    assert sorted(root.iterdir()) == entries
     return line
 
 
