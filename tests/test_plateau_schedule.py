@@ -236,3 +236,25 @@ def test_schedules_come_from_a_registry_and_only_the_plateau_reads_its_fields(mo
         TrainConfig(schedule="long", epochs=None, max_minutes=1.0)
     with pytest.raises(ValueError, match="schedule='linear' is unknown; use one of"):
         TrainConfig(schedule="linear")
+
+
+def test_the_plateau_flags_set_the_schedules_options_and_trainconfig_has_no_plateau_field():
+    import dataclasses
+
+    from qkv.cli.main import build_parser
+    from qkv.cli.options import given_train_values
+    from qkv.tasks.presets import preset_for
+    from qkv.tasks.task import train_config
+
+    assert not [f.name for f in dataclasses.fields(TrainConfig) if f.name.startswith("plateau")]
+    argv = ["train", "translation", "--out", "x", "--schedule", "plateau"]
+    args = build_parser().parse_args([*argv, "--plateau-factor", "0.25"])
+    given = given_train_values(args)
+    assert given["schedule_options"] == {"plateau_factor": 0.25}
+    config = train_config(preset_for("transformer", "small"), given)
+    assert config.schedule_options == {"plateau_factor": 0.25, "plateau_patience": 2}
+    optimizer = torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1.0)
+    scheduler = build_schedule("plateau", optimizer, warmup_steps=0, **config.schedule_options)
+    assert (scheduler.multiplier.factor, scheduler.multiplier.patience) == (0.25, 2)
+    # the other schedules read no option; their configs carry none unless given
+    assert TrainConfig().schedule_options == {}
