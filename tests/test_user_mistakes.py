@@ -213,7 +213,6 @@ NUMERIC = [
     ("attention --checkpoint {tr} abc --out {root}/a.png --layer 7", "layer=7 does not exist"),
     ("classify --checkpoint {cls} --limit -1", "limit=-1"),
     ("explore --checkpoint {tr} abc --beam 0 --out {out}.html", "beam=0"),
-    ("explore --checkpoint {cls} --test 0 --out {out}.html", "--test 0"),
     ("demo --threads 0 --out {out}", "threads=0"),
     ("train lm --data {root}/text.txt --context 0 --out {out}", "context"),
     ("train lm --data {root}/text.txt --batch-size 0 --out {out}", "batch_size"),

@@ -75,13 +75,11 @@ def length_penalty_factor(length: Tensor, alpha: float) -> Tensor:
 
 
 def check_search(beam: int, length_penalty: float = 0.0) -> None:
-    """Refuse a beam width below 1 and a length penalty that is negative or not a number
-    (InputError naming ``beam`` / ``length_penalty``), before anything is decoded; beam 1 is
-    greedy search, which reads no length penalty, so a bad one is refused there too."""
+    """Refuse a beam width below 1 (1 is greedy search) and a length penalty that is negative
+    or not a number (InputError naming ``beam`` / ``length_penalty``), before anything is
+    decoded; greedy search reads no length penalty, but a bad one is refused there too."""
     if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
-        raise InputError(
-            f"beam={beam!r} must be a whole number >= 1 (1 = greedy search)", fields=("beam",)
-        )
+        raise InputError(f"beam={beam!r} must be a whole number >= 1", fields=("beam",))
     check_length_penalty(length_penalty)
 
 
