@@ -110,7 +110,7 @@ def test_the_cache_refuses_more_memory_than_its_limit():
     vocab = WordVocab.build((c for e in examples for c in e.captions), min_count=1)
     data = CaptionTrainingData(CaptionDataset(examples, vocab), num_regions=16)
     encoder = build_captioner(CaptioningSetup(image_size=32, grid=4, feature_dim=16), 9).encoder
-    with pytest.raises(InputError, match="--train-size"):
+    with pytest.raises(InputError, match="lower train_size"):
         CachedRegionData(data, encoder, num_regions=16, feature_dim=16, max_bytes=4 * 16 * 16)
 
 
@@ -154,7 +154,7 @@ def test_a_transferred_encoder_that_is_not_frozen_trains(classifier_dir, tmp_pat
 def test_what_does_not_fit_is_refused(classifier_dir, tmp_path, capsys):
     with pytest.raises(InputError, match="feature_dim=24"):
         fit_setup_to_classifier(CaptioningSetup(encoder_from=str(classifier_dir), feature_dim=24))
-    with pytest.raises(InputError, match="--encoder-from"):
+    with pytest.raises(InputError, match="give encoder_from"):
         CaptioningSetup(freeze_encoder=True)
     with pytest.raises(CheckpointError, match="does not exist"):
         classifier_encoder(tmp_path / "nothing")

@@ -12,7 +12,9 @@ from qkv.models import (
     CaptionerConfig,
     ClassifierConfig,
     ClipClassifier,
+    ClipClassifierConfig,
     FrameTagger,
+    FrameTaggerConfig,
     ImageClassifier,
     build_model,
 )
@@ -40,7 +42,7 @@ def _padded(clips):
 @pytest.mark.parametrize("pool", ["attention", "mean", "last"])
 def test_clip_classifier_ignores_padded_frames(pool):
     torch.manual_seed(0)
-    model = ClipClassifier(ClassifierConfig(pool=pool, **CONFIG)).eval()
+    model = ClipClassifier(ClipClassifierConfig(pool=pool, **CONFIG)).eval()
     short, long = torch.rand(3, 1, 28, 28), torch.rand(6, 1, 28, 28)
     batch = _padded([short, long])
     assert frame_mask(batch).tolist() == [[True] * 3 + [False] * 3, [True] * 6]
@@ -56,7 +58,7 @@ def test_clip_classifier_ignores_padded_frames(pool):
 
 def test_frame_tagger_without_positions_permutes_with_its_frames():
     torch.manual_seed(1)
-    model = FrameTagger(ClassifierConfig(positions=False, **CONFIG)).eval()
+    model = FrameTagger(FrameTaggerConfig(positions=False, **CONFIG)).eval()
     clip = torch.rand(1, 7, 1, 28, 28)
     permutation = torch.randperm(7)
     logits = model.classify(clip).logits
@@ -99,12 +101,12 @@ def test_the_encoder_loads_exactly_into_a_captioner():
 
 def test_config_and_setup_refuse_bad_values_with_one_clear_error():
     with pytest.raises(InputError, match="pool"):
-        ClassifierConfig(num_classes=3, pool="max")
+        ClipClassifierConfig(num_classes=3, pool="max")
     with pytest.raises(InputError, match="channels"):
         ClassifierConfig(num_classes=3, channels=2)
     with pytest.raises(InputError, match="does not fit"):
         ClassifierSetup(data="clips", task="image")
-    with pytest.raises(InputError, match="--pool last"):
+    with pytest.raises(InputError, match="pool='last'"):
         ClassifierSetup(data="fashion-mnist", pool="last")
 
 
@@ -130,7 +132,8 @@ def test_a_tiny_run_of_each_clip_task_beats_chance_in_seconds(
 ):
     torch.manual_seed(0)
     data, held_out = _synthetic_clips(task, 400, 0), _synthetic_clips(task, 100, 1)
-    config = ClassifierConfig(num_classes=10, feature_dim=8, grid=7, tagger_layers=1)
+    config = dict(num_classes=10, feature_dim=8, grid=7)
+    config |= {"tagger_layers": 1} if model_type == "frame-tagger" else {}
     model = build_model(model_type, config)
     budget = TrainConfig(
         lr=3e-3,
@@ -173,7 +176,7 @@ def test_attention_figures_are_written(tmp_path):
 
     torch.manual_seed(0)
     data = _synthetic_clips("clip", 6, 0)
-    model = ClipClassifier(ClassifierConfig(feature_attention=True, **CONFIG))
+    model = ClipClassifier(ClipClassifierConfig(feature_attention=True, **CONFIG))
     [frames] = plot_classifier_attention(model, data, tmp_path / "frames.png", count=3)
     assert frames.stat().st_size > 1000
     pictures = LabelledImages(
@@ -184,13 +187,13 @@ def test_attention_figures_are_written(tmp_path):
         model, ClassificationData(pictures, "image"), tmp_path / "maps.png", count=2
     )
     assert [p.name for p in maps] == ["maps-0.png", "maps-1.png"]
-    tagger = FrameTagger(ClassifierConfig(tagger_layers=1, **CONFIG))
+    tagger = FrameTagger(FrameTaggerConfig(tagger_layers=1, **CONFIG))
     [heads] = plot_classifier_attention(
         tagger, _synthetic_clips("per-frame", 2, 0), tmp_path / "h.png", count=1
     )
     assert heads.name == "h.png" and heads.stat().st_size > 1000
-    alone = FrameTagger(ClassifierConfig(tagger_layers=0, **CONFIG))
-    with pytest.raises(InputError, match="--feature-attention"):
+    alone = FrameTagger(FrameTaggerConfig(tagger_layers=0, **CONFIG))
+    with pytest.raises(InputError, match="feature_attention"):
         plot_classifier_attention(alone, data, tmp_path / "x.png")
 
 
@@ -201,7 +204,7 @@ def test_attention_figures_are_written(tmp_path):
 def test_clip_pools_come_from_the_registry_and_keep_their_checkpoint_names(pool, saved_as):
     from qkv.models.classifier import ClipClassifier
 
-    model = ClipClassifier(ClassifierConfig(pool=pool, **CONFIG)).eval()
+    model = ClipClassifier(ClipClassifierConfig(pool=pool, **CONFIG)).eval()
     names = {name for name in model.state_dict() if not name.startswith(("frames.", "output."))}
     if saved_as is None:  # the GRU's weights, under the name checkpoints were written with
         saved_as = {f"recurrent.{p}_l0" for p in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
@@ -222,4 +225,52 @@ def test_a_pool_that_reads_an_order_is_refused_for_regions():
     with pytest.raises(InputError, match="region_pool='last' must be one of"):
         ClassifierConfig(region_pool="last", **CONFIG)
     with pytest.raises(InputError, match="pool='max' must be one of"):
-        ClassifierConfig(pool="max", **CONFIG)
+        ClipClassifierConfig(pool="max", **CONFIG)
+
+
+#: What every classifier checkpoint's config held before each model had its own config:
+#: the fields of all three, at these values.
+SHARED_CONFIG_BEFORE = dict(
+    region_pool="mean", pool="attention", tagger_layers=2, num_heads=4, positions=True
+)
+
+
+@pytest.mark.parametrize(
+    "model_type, config",
+    [
+        ("image-classifier", ClassifierConfig(feature_attention=True, **CONFIG)),
+        ("clip-classifier", ClipClassifierConfig(pool="last", **CONFIG)),
+        ("frame-tagger", FrameTaggerConfig(tagger_layers=1, positions=False, **CONFIG)),
+    ],
+)
+def test_a_checkpoint_written_with_the_shared_config_loads_and_resumes_as_it_was(
+    model_type, config, tmp_path
+):
+    import dataclasses
+    import json
+
+    from qkv.training.checkpoint import CONFIG_FILE, load_checkpoint, save_checkpoint
+    from qkv.training.state import check_resumable
+
+    torch.manual_seed(0)
+    model = build_model(model_type, config).eval()
+    directory = save_checkpoint(tmp_path, model, step=1)
+    saved = json.loads((directory / CONFIG_FILE).read_text())
+    # the model's own values win over the shared defaults, as the old config held them
+    old = {**SHARED_CONFIG_BEFORE, **dataclasses.asdict(config)}
+    (directory / CONFIG_FILE).write_text(json.dumps({**saved, "model": old}))
+    loaded = load_checkpoint(tmp_path).model.eval()
+    assert loaded.config == config and type(loaded.config) is type(config)
+    clips = torch.rand(2, 3, 1, 28, 28)
+    source = clips[:, 0] if model_type == "image-classifier" else clips
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(source).logits, model(source).logits, rtol=0, atol=0)
+    trainer = dict(model_type=model_type, model_config=old, data_fingerprint="f", world_size=1)
+    trainer["train_config"] = TrainConfig(device="cpu").to_dict()
+    same = dict(model_type=model_type, fingerprint="f", world_size=1, directory="old")
+    check_resumable(
+        trainer,
+        model_config=dataclasses.asdict(config),
+        train_config=TrainConfig(device="cpu"),
+        **same,
+    )

@@ -13,13 +13,20 @@ from PIL import Image
 from qkv.cli.main import main
 from qkv.errors import InputError
 from qkv.explore import WEIGHT_SCALE, attention_rollout, explore
-from qkv.models.classifier import ClassifierConfig, ClipClassifier, FrameTagger, ImageClassifier
+from qkv.models.classifier import (
+    ClassifierConfig,
+    ClipClassifier,
+    ClipClassifierConfig,
+    FrameTagger,
+    FrameTaggerConfig,
+    ImageClassifier,
+)
 from qkv.tasks.classifier import ClassifierSetup, build_classifier, classification_data
 from qkv.training.checkpoint import save_checkpoint
 
 TOLERANCE = 0.5 / WEIGHT_SCALE + 1e-6
 CLASSES = ["coat", "bag", "boot"]
-CONFIG = dict(num_classes=3, feature_dim=8, grid=7, dropout=0.0, num_heads=2)
+CONFIG = dict(num_classes=3, feature_dim=8, grid=7, dropout=0.0)
 
 
 def tiny_image_classifier() -> ImageClassifier:
@@ -30,12 +37,12 @@ def tiny_image_classifier() -> ImageClassifier:
 
 def tiny_clip_classifier(pool: str = "attention") -> ClipClassifier:
     torch.manual_seed(1)
-    return ClipClassifier(ClassifierConfig(pool=pool, **CONFIG)).eval()
+    return ClipClassifier(ClipClassifierConfig(pool=pool, **CONFIG)).eval()
 
 
 def tiny_tagger(layers: int = 2) -> FrameTagger:
     torch.manual_seed(2)
-    return FrameTagger(ClassifierConfig(tagger_layers=layers, **CONFIG)).eval()
+    return FrameTagger(FrameTaggerConfig(tagger_layers=layers, num_heads=2, **CONFIG)).eval()
 
 
 def stored(matrix) -> torch.Tensor:

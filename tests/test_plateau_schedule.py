@@ -87,7 +87,7 @@ def test_observe_lowers_the_next_updates_lr_at_once_and_the_state_round_trips():
 )
 def test_bad_plateau_values_are_refused_by_name(fields, message):
     with pytest.raises(ValueError, match=message):
-        TrainConfig(schedule="plateau", **fields)
+        TrainConfig(schedule="plateau", schedule_options=fields)
     with pytest.raises(ValueError, match=message.split("=")[0]):
         build_schedule(
             "plateau",
@@ -116,7 +116,7 @@ PLATEAU = dict(
     schedule="plateau",
     lr=0.2,
     warmup_steps=2,
-    plateau_patience=2,
+    schedule_options={"plateau_patience": 2},
     validate_every=1,
     log_every=1,
 )
@@ -143,7 +143,12 @@ def test_a_plateau_run_resumed_mid_count_continues_exactly(tmp_path):
 
 
 def test_early_stopping_with_a_longer_patience_stops_after_the_decays(tmp_path):
-    _, result = small_run(tmp_path, max_steps=60, patience=6, **{**PLATEAU, "plateau_patience": 1})
+    _, result = small_run(
+        tmp_path,
+        max_steps=60,
+        patience=6,
+        **{**PLATEAU, "schedule_options": {"plateau_patience": 1}},
+    )
     assert result.stop_reason == "early_stopping" and result.steps < 60
     valid = records(tmp_path, "valid")
     assert valid[-1]["lr"] < valid[0]["lr"] / 2  # the lower rates were tried before stopping
@@ -162,7 +167,7 @@ def test_a_checkpoint_older_than_the_plateau_fields_still_resumes():
     from qkv.training.state import check_resumable
 
     config = TrainConfig(device="cpu")
-    older = {k: v for k, v in config.to_dict().items() if not k.startswith("plateau_")}
+    older = {k: v for k, v in config.to_dict().items() if k != "schedule_options"}
     saved = dict(
         model_type="toy",
         model_config={"dim": 1},
@@ -172,9 +177,39 @@ def test_a_checkpoint_older_than_the_plateau_fields_still_resumes():
     )
     arguments = dict(model_type="toy", model_config={"dim": 1}, fingerprint="f", world_size=1)
     check_resumable(saved, train_config=config, directory="old", **arguments)
-    with pytest.raises(ValueError, match=r"train\.plateau_factor 0\.5 -> 0\.3"):
-        other = TrainConfig(device="cpu", plateau_factor=0.3)
+    with pytest.raises(
+        ValueError, match=r"train\.schedule_options \{\} -> \{'plateau_factor': 0\.3\}"
+    ):
+        other = TrainConfig(device="cpu", schedule_options={"plateau_factor": 0.3})
         check_resumable(saved, train_config=other, directory="old", **arguments)
+
+
+def test_a_checkpoint_with_the_plateau_knobs_as_fields_resumes_with_them():
+    """Before ``schedule_options`` every TrainConfig carried plateau_factor and
+    plateau_patience; such a plateau run resumes with the same values, and only with them."""
+    from qkv.training.state import check_resumable
+
+    config = TrainConfig(device="cpu", schedule="plateau")
+    assert config.schedule_options == {"plateau_factor": 0.5, "plateau_patience": 2}
+    legacy = {k: v for k, v in config.to_dict().items() if k != "schedule_options"}
+    legacy |= {"plateau_factor": 0.25, "plateau_patience": 3}
+    saved = dict(
+        model_type="toy",
+        model_config={"dim": 1},
+        train_config=legacy,
+        data_fingerprint="f",
+        world_size=1,
+    )
+    arguments = dict(model_type="toy", model_config={"dim": 1}, fingerprint="f", world_size=1)
+    same = {"plateau_factor": 0.25, "plateau_patience": 3}
+    check_resumable(
+        saved,
+        train_config=TrainConfig(device="cpu", schedule="plateau", schedule_options=same),
+        directory="old",
+        **arguments,
+    )
+    with pytest.raises(ValueError, match="train.schedule_options"):
+        check_resumable(saved, train_config=config, directory="old", **arguments)
 
 
 def test_schedules_come_from_a_registry_and_only_the_plateau_reads_its_fields(monkeypatch):
@@ -201,3 +236,25 @@ def test_schedules_come_from_a_registry_and_only_the_plateau_reads_its_fields(mo
         TrainConfig(schedule="long", epochs=None, max_minutes=1.0)
     with pytest.raises(ValueError, match="schedule='linear' is unknown; use one of"):
         TrainConfig(schedule="linear")
+
+
+def test_the_plateau_flags_set_the_schedules_options_and_trainconfig_has_no_plateau_field():
+    import dataclasses
+
+    from qkv.cli.main import build_parser
+    from qkv.cli.options import given_train_values
+    from qkv.tasks.presets import preset_for
+    from qkv.tasks.task import train_config
+
+    assert not [f.name for f in dataclasses.fields(TrainConfig) if f.name.startswith("plateau")]
+    argv = ["train", "translation", "--out", "x", "--schedule", "plateau"]
+    args = build_parser().parse_args([*argv, "--plateau-factor", "0.25"])
+    given = given_train_values(args)
+    assert given["schedule_options"] == {"plateau_factor": 0.25}
+    config = train_config(preset_for("transformer", "small"), given)
+    assert config.schedule_options == {"plateau_factor": 0.25, "plateau_patience": 2}
+    optimizer = torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1.0)
+    scheduler = build_schedule("plateau", optimizer, warmup_steps=0, **config.schedule_options)
+    assert (scheduler.multiplier.factor, scheduler.multiplier.patience) == (0.25, 2)
+    # the other schedules read no option; their configs carry none unless given
+    assert TrainConfig().schedule_options == {}

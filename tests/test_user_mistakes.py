@@ -162,3 +162,119 @@ def test_evaluate_gives_a_language_models_perplexity(tmp_path, capsys):
     expected = context_loss(lm.model, encode_text(lm.tokenizer, valid), context=16)
     assert scores["loss"] == pytest.approx(expected)
     assert scores["perplexity"] == pytest.approx(math.exp(expected))
+
+
+# -------------------------------------------------------------------- the option sweep
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, captioner, classifier):
+    """A tiny run of every family, and the files a user points at by mistake."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("sweep")
+    pairs = "".join(f"ab{c}\t{c}ba\n" for c in "cdefghijklmnop")
+    for split in ("train", "valid", "test"):
+        (root / f"{split}.tsv").write_text(pairs)
+    (root / "text.txt").write_text("".join(f"line {i} of a small text.\n" for i in range(60)))
+    quick = ["--max-steps", "1", "--threads", "1", "--device", "cpu"]
+    data = ["--data", str(root / "{split}.tsv"), "--tokenizer", "char", "--max-tokens", "64"]
+    assert main(["train", "translation", *data, "--out", str(root / "tr"), *quick]) == 0
+    lm = ["--data", str(root / "text.txt"), "--context", "16"]
+    assert main(["train", "lm", *lm, "--out", str(root / "lm"), *quick]) == 0
+    (root / "empty").write_text("")
+    (root / "binary").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe\x00\x00")
+    (root / "folder").mkdir()
+    Image.new("RGB", (32, 32), "white").save(root / "pic.png")
+    return {"root": root, "tr": root / "tr", "lm": root / "lm", "cap": captioner, "cls": classifier}
+
+
+def _snapshot(folder) -> dict:
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+#: (argv, words of the one line); {tr} {lm} {cap} {cls}: the runs, {root}: their folder,
+#: {out}: a run folder (or file) there that a refused command must not create.
+NUMERIC = [
+    ("translate --checkpoint {tr} --length-penalty -1 abc", "length_penalty=-1.0"),
+    ("translate --checkpoint {tr} --length-penalty nan abc", "length_penalty=nan"),
+    ("caption --checkpoint {cap} {root}/pic.png --beam 2 --length-penalty -1", "length_penalty"),
+    ("caption --checkpoint {cap} {root}/pic.png --beam -1", "beam=-1"),
+    ("evaluate --checkpoint {tr} --beam 0", "beam=0"),
+    ("evaluate --checkpoint {cap} --limit 0", "limit=0"),
+    ("evaluate --checkpoint {cls} --limit -3", "limit=-3"),
+    ("evaluate --checkpoint {lm} --limit 0", "limit=0"),
+    ("generate --checkpoint {lm} --prompt a --temperature -1", "temperature=-1.0"),
+    ("generate --checkpoint {lm} --prompt a --top-k 0", "top_k=0"),
+    ("generate --checkpoint {lm} --prompt a --top-p 1.5", "top_p=1.5"),
+    ("generate --checkpoint {lm} --prompt a --num-samples 0", "num_samples=0"),
+    ("generate --checkpoint {lm} --prompt a --seed -1", "seed=-1"),
+    ("attention --checkpoint {tr} abc --out {root}/a.png --head 99", "head=99 does not exist"),
+    ("attention --checkpoint {tr} abc --out {root}/a.png --layer 7", "layer=7 does not exist"),
+    ("classify --checkpoint {cls} --limit -1", "limit=-1"),
+    ("explore --checkpoint {tr} abc --beam 0 --out {out}.html", "beam=0"),
+    ("demo --threads 0 --out {out}", "threads=0"),
+    ("train lm --data {root}/text.txt --context 0 --out {out}", "context"),
+    ("train lm --data {root}/text.txt --batch-size 0 --out {out}", "batch_size"),
+    ("train lm --data {root}/text.txt --dropout 2 --out {out}", "dropout"),
+    ("train captioning --max-caption-len 0 --out {out}", "max_caption_len=0"),
+    ("train captioning --valid-size 0 --out {out}", "valid_size=0"),
+    ("train captioning --hidden-dim 0 --out {out}", "hidden_dim"),
+    ("train captioning --dropout 1.5 --out {out}", "dropout"),
+    ("train classifier --data shapes --train-size 0 --out {out}", "train_size=0"),
+    ("train classifier --data shapes --feature-dim -1 --out {out}", "feature_dim=-1"),
+    ("train classifier --data shapes --dropout 1.5 --out {out}", "dropout"),
+    ("train translation --data dates --max-words 0 --out {out}", "max_words"),
+    ("train translation --data dates --beta2 1.5 --out {out}", "betas"),
+    ("train translation --data dates --accumulate 0 --out {out}", "accumulate"),
+    ("train translation --data dates --plateau-patience 0 --out {out}", "plateau_patience=0"),
+]
+#: Commands reading a file or folder the user names; {bad} is each of BAD_PATHS in turn.
+FILES = [
+    "translate --checkpoint {bad} abc",
+    "evaluate --checkpoint {bad}",
+    "evaluate --checkpoint {tr} --data {bad}",
+    "evaluate --checkpoint {cap} --data {bad}",
+    "caption --checkpoint {bad} {root}/pic.png",
+    "caption --checkpoint {cap} {bad}",
+    "curves --checkpoint {bad} --out {root}/c.png",
+    "attention --checkpoint {bad} abc --out {root}/a.png",
+    "classify --checkpoint {bad}",
+    "generate --checkpoint {bad} --prompt a",
+    "train translation --data {bad} --out {out}",
+    "train captioning --data {bad} --out {out}",
+    "train captioning --encoder-from {bad} --out {out}",
+    "train classifier --data {bad} --out {out}",
+    "train lm --data {bad} --out {out}",
+]
+BAD_PATHS = ["missing", "folder", "empty", "binary"]
+
+
+def _refused(template: str, runs: dict, capsys, **names) -> str:
+    """Run ``template`` on the runs; it must be refused in one line, leaving every run as it
+    was and writing nothing beside them."""
+    root = runs["root"]
+    values = {key: str(value) for key, value in runs.items()} | names
+    out = root / "refused"
+    argv = [part.format(out=out, **values) for part in template.split()]
+    before = {name: _snapshot(runs[name]) for name in ("tr", "lm", "cap", "cls")}
+    entries = sorted(root.iterdir())
+    line = _error(argv, capsys)
+    assert {name: _snapshot(runs[name]) for name in before} == before
+    assert sorted(root.iterdir()) == entries
+    return line
+
+
+@pytest.mark.parametrize("template, words", NUMERIC, ids=[t for t, _ in NUMERIC])
+def test_a_numeric_option_out_of_range_is_one_line_and_touches_nothing(
+    template, words, runs, capsys
+):
+    assert words in _refused(template, runs, capsys)
+
+
+@pytest.mark.parametrize("bad", BAD_PATHS)
+@pytest.mark.parametrize("template", FILES)
+def test_a_file_option_at_a_missing_folder_empty_or_binary_file_is_one_line(
+    template, bad, runs, capsys
+):
+    _refused(template, runs, capsys, bad=str(runs["root"] / bad))

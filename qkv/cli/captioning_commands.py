@@ -8,23 +8,20 @@ from __future__ import annotations
 
 import argparse
 import functools
-from pathlib import Path
 
-from ..errors import CheckpointError, DataError, InputError
 from ..tasks.captioning import CaptioningSetup
 from ..tasks.presets import preset_for
 from .options import (
+    add_checkpoint_options,
+    add_command,
     add_setup_options,
     add_train_options,
-    record_flags,
     report_run,
     setup_from,
     train_from_args,
 )
 
-__all__ = ["add_train_parser", "register", "attention_paths"]
-
-EXAMPLE = "\n\nexample:\n  "
+__all__ = ["add_train_parser", "register"]
 
 #: CaptioningSetup field -> help of its option, by group.
 SETUP_HELP = {
@@ -65,7 +62,8 @@ SETUP_HELP = {
 
 def add_train_parser(tasks: argparse._SubParsersAction) -> None:
     """Add `qkv train captioning` to the `qkv train` task parsers."""
-    captioning = tasks.add_parser(
+    captioning = add_command(
+        tasks,
         "captioning",
         help="train an image captioner (Show, Attend and Tell) on scenes or a Karpathy JSON",
         description="Train a captioner whose decoder attends over image regions at every word. "
@@ -73,12 +71,10 @@ def add_train_parser(tasks: argparse._SubParsersAction) -> None:
         "split file (Flickr8k/30k, COCO) with its pictures under --images. Checkpoints, the "
         "word vocabulary and log.jsonl go to --out; validation logs BLEU-4 (0-100), exact "
         "match and, on the scenes, attention grounding. --max-tokens counts an image as its "
-        "regions: 4096 makes batches of 64 images with the 8 x 8 grid."
-        + EXAMPLE
-        + "qkv train captioning --data shapes --out runs/shapes --max-minutes 20"
-        + "\n  qkv train captioning --data dataset_flickr8k.json --images Flicker8k_Dataset "
+        "regions: 4096 makes batches of 64 images with the 8 x 8 grid.",
+        examples="qkv train captioning --data shapes --out runs/shapes --max-minutes 20\n"
+        "qkv train captioning --data dataset_flickr8k.json --images Flicker8k_Dataset "
         "--image-size 128 --out runs/flickr8k",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     captioning.add_argument(
         "--out", required=True, help="run folder (checkpoints, vocab, log.jsonl)"
@@ -94,73 +90,48 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
     """Add `qkv train captioning` (to ``tasks``, the subcommands of `qkv train`) and `qkv
     caption`."""
     add_train_parser(tasks)
-    caption = commands.add_parser(
+    caption = add_command(
+        commands,
         "caption",
         help="caption images with a trained captioner, optionally with attention strips (PNG)",
         description="Caption picture files (any size or mode: converted to RGB, resized and "
         "centre-cropped as in training). With --attention-out, writes per image a strip of "
         "the image and one panel per generated word with its attention overlaid; several "
-        "images write FILE-0.png, FILE-1.png, ... in the order given."
-        + EXAMPLE
-        + "qkv caption --checkpoint runs/shapes scene.png --attention-out scene-attention.png",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "images write FILE-0.png, FILE-1.png, ... in the order given.",
+        examples="qkv caption --checkpoint runs/shapes scene.png --attention-out scene-attention.png",
     )
-    caption.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
+    add_checkpoint_options(caption)
     caption.add_argument("images", nargs="+", metavar="IMAGE", help="picture files")
     caption.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy, default)")
     caption.add_argument(
         "--length-penalty", type=float, default=1.0, help="GNMT length penalty for beam search"
     )
     caption.add_argument("--attention-out", help="PNG file for the attention strip(s)")
-    caption.add_argument("--device", default="cpu", help="cpu or cuda")
-    record_flags(caption, "beam", attention_out="--attention-out")
     caption.set_defaults(run=_caption)
-
-
-def attention_paths(path: str | Path, count: int) -> list[Path]:
-    """Where the strips of ``count`` images go: ``path`` itself for one image, else
-    ``<stem>-0.png``, ``<stem>-1.png``, ... beside it."""
-    path = Path(path)
-    if path.suffix.lower() != ".png":
-        raise InputError(f"--attention-out {str(path)!r} must be a .png file")
-    if count == 1:
-        return [path]
-    return [path.with_name(f"{path.stem}-{index}{path.suffix}") for index in range(count)]
 
 
 def _train_captioning(args: argparse.Namespace) -> int:
     from ..tasks.captioning import CAPTIONING
-    from ..tasks.captioning_transfer import ENCODER_FIELDS, fit_setup_to_classifier
     from ..tasks.task import train_with_options
 
-    setup = setup_from(args, CaptioningSetup)
-    if setup.encoder_from is not None:
-        setup = fit_setup_to_classifier(setup)
-        taken = ", ".join(f"{name}={getattr(setup, name)}" for name in ENCODER_FIELDS)
-        print(f"encoder from {setup.encoder_from}: {taken}")
     train = functools.partial(train_with_options, CAPTIONING)
-    return report_run(train_from_args(train, setup, args), args.out)
+    return report_run(train_from_args(train, setup_from(args, CaptioningSetup), args), args.out)
 
 
 def _caption(args: argparse.Namespace) -> int:
-    from ..tasks import ImageCaptioner, plot_caption_attention, reading_errors
+    from ..tasks.caption_files import caption_files
 
-    paths = attention_paths(args.attention_out, len(args.images)) if args.attention_out else []
-    with reading_errors(CheckpointError):
-        captioner = ImageCaptioner.from_checkpoint(args.checkpoint, device=args.device)
-    if paths and not captioner.has_attention:
-        raise InputError(
-            "this checkpoint is the no-attention baseline: it has no attention to plot; "
-            "drop --attention-out"
-        )
-    with reading_errors(DataError):
-        images = captioner.load_images(args.images)
-    captions = captioner.caption(
-        images, beam=args.beam, length_penalty=args.length_penalty, need_attention=bool(paths)
+    captioned = caption_files(
+        args.checkpoint,
+        args.images,
+        beam=args.beam,
+        length_penalty=args.length_penalty,
+        attention_out=args.attention_out,
+        device=args.device,
     )
-    for file_name, caption in zip(args.images, captions, strict=True):
-        print(f"{file_name}: {caption.text}")
-    grid = captioner.model.config.grid
-    for image, caption, path in zip(images, captions, paths, strict=False):
-        print(f"attention: {plot_caption_attention(image, caption, path, grid=grid)}")
+    for item in captioned:
+        print(f"{item.file}: {item.caption.text}")
+    for item in captioned:
+        if item.strip is not None:
+            print(f"attention: {item.strip}")
     return 0

@@ -10,9 +10,10 @@ import json
 from ..tasks.classifier import ClassifierSetup
 from ..tasks.presets import PRESETS, sizes_of
 from .options import (
+    add_checkpoint_options,
+    add_command,
     add_setup_options,
     add_train_options,
-    record_flags,
     report_run,
     setup_from,
     train_from_args,
@@ -51,7 +52,8 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
 
 
 def add_train_parser(tasks: argparse._SubParsersAction) -> None:
-    parser = tasks.add_parser(
+    parser = add_command(
+        tasks,
         "classifier",
         help="train an image or clip classifier on the captioner's CNN",
         description="Train the captioner's CNN encoder with a pooling + linear head on "
@@ -61,11 +63,10 @@ def add_train_parser(tasks: argparse._SubParsersAction) -> None:
         "frames by --pool attention|mean|last; --task per-frame labels every frame through "
         "self-attention blocks over the frames (--tagger-layers 0: each frame alone). "
         "Prints the test accuracy of the best checkpoint; `qkv classify` scores and draws it later. --max-tokens counts frames "
-        "(a picture is one)."
-        "\n\nexample:\n  qkv train classifier --data fashion-mnist --out runs/fmnist "
-        "--max-minutes 4 --threads 1"
-        "\n  qkv train classifier --data clips --task clip --pool attention --out runs/clips",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "(a picture is one).",
+        examples="qkv train classifier --data fashion-mnist --out runs/fmnist --max-minutes 4 "
+        "--threads 1\nqkv train classifier --data clips --task clip --pool attention --out "
+        "runs/clips",
     )
     parser.add_argument("--out", required=True, help="run folder (checkpoints, log.jsonl)")
     parser.add_argument("--json", action="store_true", help="print the test scores as JSON")
@@ -90,25 +91,23 @@ def _train_classifier(args: argparse.Namespace) -> int:
 
 def add_classify_parser(commands: argparse._SubParsersAction) -> None:
     """Add `qkv classify`: score a trained classifier and draw its attention."""
-    classify = commands.add_parser(
+    classify = add_command(
+        commands,
         "classify",
         help="score a trained classifier on a split and draw its attention (PNG)",
         description="Accuracy of a `qkv train classifier` checkpoint on a split of the data it "
         "was trained on (per-frame clips: also on the occluded frames; clips pooled by "
         "attention: the weight on the marked frame). --attention-out draws the attention "
         "pooling weights over the frames of the first --count clips, or the feature-map "
-        "self-attention of a few query positions over --count pictures."
-        "\n\nexample:\n  qkv classify --checkpoint runs/clips --attention-out clips.png",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "self-attention of a few query positions over --count pictures.",
+        examples="qkv classify --checkpoint runs/clips --attention-out clips.png",
     )
-    classify.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
+    add_checkpoint_options(classify)
     classify.add_argument("--split", default="test", choices=["train", "valid", "test"])
     classify.add_argument("--limit", type=int, help="score only the first N items")
     classify.add_argument("--attention-out", help="PNG file for the attention figure")
     classify.add_argument("--count", type=int, default=4, help="items to draw (default: 4)")
     classify.add_argument("--json", action="store_true", help="print the scores as JSON")
-    classify.add_argument("--device", default="cpu", help="cpu or cuda")
-    record_flags(classify, "limit", "count", attention_out="--attention-out")
     classify.set_defaults(run=_classify)
 
 

@@ -31,16 +31,21 @@ def register(commands: argparse._SubParsersAction) -> None:
     demo.add_argument(
         "--out", help="folder for checkpoints and pictures (default: qkv-demo, qkv-demo-captioning)"
     )
+    demo.add_argument(
+        "--threads",
+        type=int,
+        help="CPU threads for torch (default: torch's choice for translation, 1 for captioning)",
+    )
     demo.set_defaults(run=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from ..tasks import demo_captioning, run_demo, use_threads
+    from ..tasks.demo import DEMO_THREADS
+
+    use_threads(args.threads if args.threads is not None else DEMO_THREADS[args.part])
     if args.part == "captioning":
-        from ..tasks import demo_captioning
-
         demo_captioning(args.out or "qkv-demo-captioning")
-        return 0
-    from ..tasks import run_demo
-
-    run_demo(args.out or "qkv-demo")
+    else:
+        run_demo(args.out or "qkv-demo")
     return 0

@@ -7,26 +7,26 @@ import json
 
 from ..data import SPLITS
 from ..tasks.evaluate import EvaluationRequest, evaluate_checkpoint
-from .options import record_flags, setup_from
+from .options import add_checkpoint_options, add_command, setup_from
 
 __all__ = ["register"]
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add `qkv evaluate`."""
-    evaluate = commands.add_parser(
+    evaluate = add_command(
+        commands,
         "evaluate",
         help="score a checkpoint on a split: BLEU (translators, captioners), accuracy "
         "(classifiers), perplexity (language models)",
         description="Score a checkpoint by what its task means: a translator's translations "
         "with sacreBLEU (BLEU, chrF, with their signatures) and exact match; a captioner's "
         "captions with BLEU-1..4 against all references (and attention grounding on the "
-        "scenes); a classifier's accuracy; a language model's loss and perplexity per token."
-        "\n\nexample:\n  qkv evaluate --checkpoint qkv-demo --data dates --split test --json"
-        "\n  qkv evaluate --checkpoint runs/lm --split valid",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "scenes); a classifier's accuracy; a language model's loss and perplexity per token.",
+        examples="qkv evaluate --checkpoint qkv-demo --data dates --split test --json\n"
+        "qkv evaluate --checkpoint runs/lm --split valid",
     )
-    evaluate.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
+    add_checkpoint_options(evaluate)
     evaluate.add_argument(
         "--data", help="corpus name or file(s) (default: the data the checkpoint trained on)"
     )
@@ -37,7 +37,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     evaluate.add_argument("--beam", type=int, default=4, help="beam size (default: 4)")
     evaluate.add_argument("--limit", type=int, help="score only the first N items")
-    evaluate.add_argument("--device", default="cpu", help="cpu or cuda")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument(
         "--by-length",
@@ -46,7 +45,6 @@ def register(commands: argparse._SubParsersAction) -> None:
         "41+); the JSON gains 'by_length'",
     )
     evaluate.add_argument("--images", help="captioners on a Karpathy JSON: the image folder")
-    record_flags(evaluate, "limit", "beam", "split", "data", "images")
     evaluate.set_defaults(run=_evaluate)
 
 

@@ -19,8 +19,11 @@ from ..tasks.task import RECIPE_FIELDS, use_threads
 from ..training import TrainConfig, TrainResult
 from ..training.config import SCHEDULES
 from ..training.recipes import WARMUP_FRACTION
+from ..training.schedules import schedule_option
 
 __all__ = [
+    "add_command",
+    "add_checkpoint_options",
     "add_setup_options",
     "setup_from",
     "add_train_options",
@@ -32,8 +35,10 @@ __all__ = [
 ]
 
 _DEFAULTS = TrainConfig()
+_FIELDS = {field.name for field in dataclasses.fields(TrainConfig)}
 
-#: The trainer's options: TrainConfig field -> help (the default is added from the presets).
+#: The trainer's options: TrainConfig field, or a schedule's option (``schedule_options``),
+#: -> help (the default is added from the presets).
 TRAIN_HELP: dict[str, str] = {
     "epochs": "epoch budget (0 = no epoch limit)",
     "max_steps": "optimizer-step budget",
@@ -69,6 +74,26 @@ _FITTED = {
     "warmup_steps": f", cut to {WARMUP_FRACTION * 100:.0f}%% of the planned steps when the "
     "budget is short; for --max-minutes the steps/s are measured on a few batches first",
 }
+
+
+def add_command(
+    commands: argparse._SubParsersAction, name: str, *, help: str, description: str, examples: str
+) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` shows ``description`` as written, then the ``examples``
+    (one command a line)."""
+    example = "\n  ".join(examples.splitlines())
+    return commands.add_parser(
+        name,
+        help=help,
+        description=f"{description}\n\nexample:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint`` (required) and ``--device``: what every command reading a run takes."""
+    parser.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
 
 
 def _flag(name: str) -> str:
@@ -130,7 +155,8 @@ def _show(value: Any) -> str:
 def _train_default(name: str, presets: Mapping[str, Preset]) -> str:
     """What the family's presets make of a TrainConfig field, for ``--help``: the recipe's
     value per size where a recipe chooses it, else the preset's or TrainConfig's."""
-    fallback = {label: p.train.get(name, getattr(_DEFAULTS, name)) for label, p in presets.items()}
+    own = getattr(_DEFAULTS, name) if name in _FIELDS else schedule_option(name).default
+    fallback = {label: p.train.get(name, own) for label, p in presets.items()}
     fitted = {
         label: getattr(p.recipe, name)
         for label, p in presets.items()
@@ -166,7 +192,7 @@ def add_train_options(
     )
     for name, text in TRAIN_HELP.items():
         default = (notes or {}).get(name) or _train_default(name, presets)
-        kind = _value_type(hints[name])
+        kind = _value_type(hints[name]) if name in hints else schedule_option(name).type
         record_flags(parser, **{name: _flag(name)})
         if kind is bool:
             group.add_argument(
@@ -199,8 +225,12 @@ def add_train_options(
 
 
 def given_train_values(args: argparse.Namespace) -> dict[str, Any]:
-    """The TrainConfig fields the user gave (``--epochs 0``: no epoch limit)."""
+    """The TrainConfig fields the user gave (``--epochs 0``: no epoch limit); a schedule's
+    options go into ``schedule_options``."""
     given = {name: getattr(args, name) for name in TRAIN_HELP if hasattr(args, name)}
+    options = {name: given.pop(name) for name in list(given) if name not in _FIELDS}
+    if options:
+        given["schedule_options"] = options
     if "epochs" in given:
         given["epochs"] = given["epochs"] or None
     if hasattr(args, "beta2"):
@@ -210,7 +240,8 @@ def given_train_values(args: argparse.Namespace) -> dict[str, Any]:
 
 def record_flags(parser: argparse.ArgumentParser, *fields: str, **renamed: str) -> None:
     """Remember which flag sets each config field (``--field-name``, or ``renamed``'s), so that
-    an error naming a field can say the flag (:func:`flags_of`)."""
+    an error naming a field can say the flag (:func:`flags_of`).  An option whose flag is its
+    field's name (``--beam`` for ``beam``) needs no record."""
     flags = dict(parser.get_default("flags") or {})
     flags |= {name: _flag(name) for name in fields} | renamed
     parser.set_defaults(flags=flags)
@@ -221,11 +252,12 @@ def flags_of(args: argparse.Namespace, fields: tuple[str, ...]) -> list[str]:
     flags = getattr(args, "flags", None) or {}
     shown = []
     for name in fields:
-        if name not in flags:
+        if name not in flags and name not in vars(args):
             continue
+        flag = flags.get(name, _flag(name))
         value = getattr(args, name, None)
         given = value is not None and not isinstance(value, bool)
-        shown.append(f"{flags[name]} {value}" if given else flags[name])
+        shown.append(f"{flag} {value}" if given else flag)
     return shown
 
 

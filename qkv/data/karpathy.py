@@ -50,6 +50,8 @@ def load_image(path: str | Path, image_size: int) -> Tensor:
     Raises MissingFileError for a missing file, DataError naming a file that is not an image.
     """
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path} is a folder, not a picture file")
     if not path.is_file():
         raise MissingFileError(f"image file not found: {path}")
     try:

@@ -62,10 +62,13 @@ def load_text(name_or_path: str) -> TextCorpus:
     path = Path(name_or_path)
     if not path.exists():
         raise MissingFileError(
-            f"--data {name_or_path!r} is neither a built-in corpus {TEXT_CORPORA} nor a file"
+            f"data={name_or_path!r} is neither a built-in corpus {TEXT_CORPORA} nor a file",
+            fields=("data",),
         )
     if not path.is_file():
-        raise DataError(f"--data {name_or_path!r} is a folder; give a UTF-8 text file")
+        raise DataError(
+            f"data={name_or_path!r} is a folder; give a UTF-8 text file", fields=("data",)
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:

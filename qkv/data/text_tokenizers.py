@@ -83,7 +83,7 @@ def encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
     """The ids of a prompt, refusing characters the tokenizer cannot represent (a character
     tokenizer has ids only for the characters of its training text) and empty prompts."""
     if not text:
-        raise InputError("the prompt is empty: give at least one character (--prompt TEXT)")
+        raise InputError("the prompt is empty: give at least one character", fields=("prompt",))
     ids = tokenizer.encode(text)
     if isinstance(tokenizer, Tokenizer) and UNK_ID in ids:  # qkv's own reserve id 3 for UNK
         if isinstance(tokenizer, CharTokenizer):
@@ -92,8 +92,9 @@ def encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
             unknown = ["(pieces encoded as <unk>)"]
         raise InputError(
             f"the prompt holds characters this {tokenizer.kind} tokenizer never saw in "
-            f"training: {''.join(unknown)!r}; remove them, or train with --tokenizer bytebpe, "
-            "which encodes any text"
+            f"training: {''.join(unknown)!r}; remove them, or train with tokenizer='bytebpe', "
+            "which encodes any text",
+            fields=("prompt",),
         )
     if not ids:
         raise InputError(f"the prompt {text!r} encodes to no tokens")

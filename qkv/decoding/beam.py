@@ -38,6 +38,7 @@ from .search import (
     DEFAULT_EOS_ID,
     DEFAULT_PAD_ID,
     Hypotheses,
+    check_length_penalty,
     check_max_len,
     check_model,
     check_step,
@@ -81,8 +82,7 @@ def beam_search(
         raise ValueError(f"beam_size={beam_size!r} must be an integer >= 1")
     if not isinstance(num_return, int) or not 1 <= num_return <= beam_size:
         raise ValueError(f"num_return={num_return!r} must be between 1 and beam_size={beam_size}")
-    if length_penalty < 0:
-        raise ValueError(f"length_penalty={length_penalty} must be >= 0 (0 = raw log-prob sums)")
+    check_length_penalty(length_penalty)
 
     batch_size, k = source.shape[0], beam_size
     device = source.device

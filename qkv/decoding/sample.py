@@ -60,6 +60,8 @@ def sample(
     _check_options(prompt_ids, max_new_tokens, temperature, top_k, top_p)
     if seed is not None and generator is not None:
         raise InputError("pass seed or generator, not both")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise InputError(f"seed={seed!r} must be a whole number >= 0", fields=("seed",))
     limit = getattr(model, "max_positions", None)
     if limit is not None and prompt_ids.shape[1] > limit:
         raise InputError(
@@ -135,10 +137,15 @@ def _check_options(prompt_ids, max_new_tokens, temperature, top_k, top_p) -> Non
     if prompt_ids.shape[1] == 0:
         raise InputError("the prompt is empty: sampling needs at least one token to start from")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise InputError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 0")
+        raise InputError(
+            f"max_new_tokens={max_new_tokens!r} must be an integer >= 0",
+            fields=("max_new_tokens",),
+        )
     if not temperature >= 0:
-        raise InputError(f"temperature={temperature} must be >= 0 (0 = greedy)")
+        raise InputError(
+            f"temperature={temperature} must be >= 0 (0 = greedy)", fields=("temperature",)
+        )
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise InputError(f"top_k={top_k!r} must be a positive integer")
+        raise InputError(f"top_k={top_k!r} must be a positive integer", fields=("top_k",))
     if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise InputError(f"top_p={top_p} must lie in (0, 1]")
+        raise InputError(f"top_p={top_p} must lie in (0, 1]", fields=("top_p",))

@@ -14,13 +14,15 @@ Counting conventions used throughout:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from torch import Tensor
 
+from qkv.errors import InputError
 from qkv.models.base import Decodable, StepOutput
 
-__all__ = ["Hypotheses", "length_penalty_factor"]
+__all__ = ["Hypotheses", "length_penalty_factor", "check_search", "check_length_penalty"]
 
 # The special ids every qkv tokenizer reserves (qkv.data.batch defines them; decoding may not
 # import data, which sits on the same layer): PAD=0, BOS=1, EOS=2.
@@ -70,6 +72,28 @@ def length_penalty_factor(length: Tensor, alpha: float) -> Tensor:
     if not length.is_floating_point():
         length = length.float()
     return ((5.0 + length) / 6.0) ** alpha
+
+
+def check_search(beam: int, length_penalty: float = 0.0) -> None:
+    """Refuse a beam width below 1 (1 is greedy search) and a length penalty that is negative
+    or not a number (InputError naming ``beam`` / ``length_penalty``), before anything is
+    decoded; greedy search reads no length penalty, but a bad one is refused there too."""
+    if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
+        raise InputError(f"beam={beam!r} must be a whole number >= 1", fields=("beam",))
+    check_length_penalty(length_penalty)
+
+
+def check_length_penalty(length_penalty: float) -> None:
+    """InputError naming ``length_penalty`` unless it is a finite number >= 0."""
+    if (
+        isinstance(length_penalty, bool)
+        or not (isinstance(length_penalty, (int, float)) and math.isfinite(length_penalty))
+        or length_penalty < 0
+    ):
+        raise InputError(
+            f"length_penalty={length_penalty!r} must be a number >= 0 (0 = raw log-prob sums)",
+            fields=("length_penalty",),
+        )
 
 
 def check_model(model: object) -> None:

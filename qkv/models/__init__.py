@@ -10,7 +10,9 @@ from .captioner import Captioner, CaptionerConfig
 from .classifier import (
     ClassifierConfig,
     ClipClassifier,
+    ClipClassifierConfig,
     FrameTagger,
+    FrameTaggerConfig,
     ImageClassifier,
 )
 from .lm import LMOutput, LMState, TransformerLM, TransformerLMConfig
@@ -38,6 +40,8 @@ __all__ = [
     "BertModel",
     "BertConfig",
     "ClassifierConfig",
+    "ClipClassifierConfig",
+    "FrameTaggerConfig",
     "ImageClassifier",
     "ClipClassifier",
     "FrameTagger",

@@ -1,11 +1,17 @@
 """Classifiers built on the captioner's CNN: one image -> one label, one clip -> one label
 (many-to-one), one clip -> a label per frame (many-to-many).
 
-All three share :class:`FrameEncoder`: the captioner's region encoder (``RegionEncoder`` over
-``SmallResNet`` or a torchvision trunk, built by the captioner's own builder, so its weights
-transfer as they are), optionally ``SelfAttention2d`` over its region grid, then the regions
-pooled to one vector per picture (mean, or a learned attention query).  Pools, of regions and
-of frames, are chosen by name from the registry of :mod:`.classifier_pools`.
+All three share :class:`FrameEncoder`: the captioner's region encoder (``RegionEncoder``
+over ``SmallResNet`` or a torchvision trunk, built by the captioner's own builder, so its
+weights transfer as they are), optionally ``SelfAttention2d`` over its region grid, then the
+regions pooled to one vector per picture (mean, or a learned attention query).  Pools, of
+regions and of frames, are chosen by name from the registry of :mod:`.classifier_pools`.
+
+Each model's config holds what that model reads: :class:`ClassifierConfig` the shared
+fields (the image classifier's whole config), :class:`ClipClassifierConfig` adds the frame
+pool, :class:`FrameTaggerConfig` the self-attention blocks; no config carries another
+model's knobs.  Checkpoints written when one config held all of them load as they are
+(``qkv.models.saved_configs`` drops the fields their model never read).
 
 Labels ride the trainer's sequence format: class c is label id c + 1 and id 0 is ``<pad>``
 (no label: a padded frame), so the logits have K + 1 columns, column 0 being the pad id,
@@ -31,6 +37,8 @@ from .registry import register_model
 
 __all__ = [
     "ClassifierConfig",
+    "ClipClassifierConfig",
+    "FrameTaggerConfig",
     "FrameEncoder",
     "ImageClassifier",
     "ClipClassifier",
@@ -50,13 +58,13 @@ CLIP_POOLS = available_pools()
 
 @dataclass(frozen=True)
 class ClassifierConfig:
-    """num_classes: K.  channels: 1 (grey, repeated to RGB for the encoder) or 3.
+    """What every classifier reads; the image classifier's whole config.
+
+    num_classes: K.  channels: 1 (grey, repeated to RGB for the encoder) or 3.
     image_size, encoder, pretrained_encoder, feature_dim, grid: as in ``CaptionerConfig``
     (the same encoder is built from them).  feature_attention: ``SelfAttention2d`` over the
-    grid x grid regions.  region_pool: regions -> picture vector ("mean" or "attention").
-    pool: frames -> clip vector for the clip classifier ("attention", "mean" or "last", the
-    final state of a GRU over the frames).  tagger_layers / num_heads / positions: the frame
-    tagger's self-attention blocks (0 layers = each frame classified alone).  dropout: before
+    grid x grid regions.  region_pool: regions -> picture vector, a pool of
+    :mod:`.classifier_pools` that reads no order ("mean" or "attention").  dropout: before
     the output layer (and inside the tagger)."""
 
     num_classes: int
@@ -68,10 +76,6 @@ class ClassifierConfig:
     grid: int = 7
     feature_attention: bool = False
     region_pool: str = "mean"
-    pool: str = "attention"
-    tagger_layers: int = 2
-    num_heads: int = 4
-    positions: bool = True
     dropout: float = 0.1
 
     def __post_init__(self) -> None:
@@ -83,14 +87,43 @@ class ClassifierConfig:
             raise InputError(
                 f"encoder={self.encoder!r}: use {SMALL_RESNET!r} or torchvision:<name>"
             )
-        for name in ("image_size", "feature_dim", "grid", "num_heads"):
+        for name in ("image_size", "feature_dim", "grid"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name}={getattr(self, name)} must be positive")
         pool_kind(self.region_pool, ordered=False, field="region_pool")
+        if not 0.0 <= self.dropout < 1.0:
+            raise InputError(f"dropout={self.dropout} must lie in [0, 1)")
+
+
+@dataclass(frozen=True)
+class ClipClassifierConfig(ClassifierConfig):
+    """The clip classifier's: :class:`ClassifierConfig`'s fields and ``pool``, frames -> clip
+    vector, a pool of :mod:`.classifier_pools` ("attention", "mean" or "last": the final
+    state of a GRU over the frames)."""
+
+    pool: str = "attention"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         pool_kind(self.pool, field="pool")
-        if self.tagger_layers < 0 or not 0.0 <= self.dropout < 1.0:
+
+
+@dataclass(frozen=True)
+class FrameTaggerConfig(ClassifierConfig):
+    """The frame tagger's: :class:`ClassifierConfig`'s fields and its self-attention blocks
+    over the frames, ``tagger_layers`` of ``num_heads`` heads (0 layers = each frame
+    classified alone), with position encodings unless ``positions`` is False."""
+
+    tagger_layers: int = 2
+    num_heads: int = 4
+    positions: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.tagger_layers < 0 or self.num_heads < 1:
             raise InputError(
-                f"tagger_layers={self.tagger_layers} must be >= 0, dropout={self.dropout} in [0, 1)"
+                f"tagger_layers={self.tagger_layers} must be >= 0 and num_heads="
+                f"{self.num_heads} positive"
             )
 
 
@@ -179,7 +212,7 @@ class ClipClassifier(nn.Module):
     state after the last real frame), then a linear layer.  Shapes: source (B, T, C, S, S) -> logits (B, 1, K + 1); with
     ``need_attention`` the pooling weights ``attention["frames"] = [(B, 1, T)]``."""
 
-    def __init__(self, config: ClassifierConfig):
+    def __init__(self, config: ClipClassifierConfig):
         super().__init__()
         self.config = config
         self.frames = FrameEncoder(config)
@@ -209,7 +242,7 @@ class FrameTagger(nn.Module):
     frames, then a label per frame).  Shapes: source (B, T, C, S, S) -> logits (B, T, K + 1);
     with ``need_attention`` each block's weights ``attention["self"] = [(B, H, T, T)]``."""
 
-    def __init__(self, config: ClassifierConfig):
+    def __init__(self, config: FrameTaggerConfig):
         super().__init__()
         self.config = config
         self.frames = FrameEncoder(config)
@@ -238,5 +271,5 @@ class FrameTagger(nn.Module):
 
 
 register_model("image-classifier", ClassifierConfig, ImageClassifier)
-register_model("clip-classifier", ClassifierConfig, ClipClassifier)
-register_model("frame-tagger", ClassifierConfig, FrameTagger)
+register_model("clip-classifier", ClipClassifierConfig, ClipClassifier)
+register_model("frame-tagger", FrameTaggerConfig, FrameTagger)

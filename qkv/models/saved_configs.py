@@ -11,6 +11,13 @@ __all__ = ["upgrade_saved_config"]
 
 #: The additive score's hidden layer of the RNN translators (Bahdanau's decoder).
 _ADDITIVE_KEYS = "decoder.attention.score.key_proj.weight"
+#: Before 2026-12-02 the three classifiers shared one config holding every one's fields;
+#: these are the fields each never read, dropped from its saved config.
+_UNREAD_CLASSIFIER_FIELDS = {
+    "image-classifier": ("pool", "tagger_layers", "num_heads", "positions"),
+    "clip-classifier": ("tagger_layers", "num_heads", "positions"),
+    "frame-tagger": ("pool",),
+}
 
 
 def upgrade_saved_config(
@@ -20,8 +27,12 @@ def upgrade_saved_config(
 
     - RNN translators: ``attention_dim=None`` now means the decoder's width H (Bahdanau et
       al.'s n' = n); before 2026-12-01 it built a score as wide as the encoder states (2H).
-      Such checkpoints get the width their weights have."""
+      Such checkpoints get the width their weights have.
+    - Classifiers: before 2026-12-02 one config held the fields of all three; the fields
+      the checkpoint's model never read are dropped (its weights do not depend on them)."""
     config = dict(config)
+    for name in _UNREAD_CLASSIFIER_FIELDS.get(model_type, ()):
+        config.pop(name, None)
     if model_type in ("rnn", "rnn-attention") and config.get("attention_dim") is None:
         shape = shapes.get(_ADDITIVE_KEYS)
         if shape and shape[0] != config.get("hidden_dim"):

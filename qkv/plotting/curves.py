@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")  # files, never a window: works on a headless machine
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..errors import DataError, MissingFileError  # noqa: E402
 from .figures import save_figure  # noqa: E402
 
 __all__ = ["plot_bleu_by_length", "plot_training_log"]
@@ -70,8 +71,8 @@ def plot_training_log(
     train = [(r["step"], r["loss"]) for r in records if r.get("event") == "train" and "loss" in r]
     valid = [r for r in records if r.get("event") == "valid"]
     if not train and not valid:
-        raise ValueError(
-            "the log has no 'train' or 'valid' records to plot; train longer than --log-every "
+        raise DataError(
+            "the log has no 'train' or 'valid' records to plot; train longer than log_every "
             "steps, or check that this is a qkv log.jsonl"
         )
     figure, ax = plt.subplots(figsize=(6.4, 4.0))
@@ -103,13 +104,17 @@ def _read_log(path: str | Path) -> list[dict]:
     if path.is_dir():
         path = path / "log.jsonl"
     if not path.is_file():
-        raise FileNotFoundError(f"no training log at {path}: give a run folder or its log.jsonl")
+        raise MissingFileError(f"no training log at {path}: give a run folder or its log.jsonl")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DataError(f"{path} is not a qkv log.jsonl (not UTF-8 text)") from None
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as error:
-            raise ValueError(f"{path} line {number} is not JSON ({error.msg})") from None
+            raise DataError(f"{path} line {number} is not JSON ({error.msg})") from None
     return records

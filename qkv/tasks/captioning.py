@@ -36,6 +36,7 @@ from .captioner_eval import evaluate_captioning
 from .captioning_data import SCENES, caption_examples, caption_splits
 from .captioning_probe import probe_captioner, synthetic_batch
 from .captioning_transfer import (
+    ENCODER_FIELDS,
     CachedRegionData,
     fit_setup_to_classifier,
     freeze_encoder,
@@ -120,8 +121,8 @@ class CaptioningSetup:
             object.__setattr__(self, "doubly_stochastic", by_data)
         if self.freeze_encoder and self.encoder_from is None and not self.pretrained_encoder:
             raise InputError(
-                "--freeze-encoder would freeze a randomly initialised CNN; give --encoder-from "
-                "a classifier checkpoint (or --pretrained-encoder for torchvision)",
+                "freeze_encoder would freeze a randomly initialised CNN; give encoder_from "
+                "(a classifier checkpoint) or pretrained_encoder (torchvision's weights)",
                 fields=("freeze_encoder", "encoder_from", "pretrained_encoder"),
             )
         for name in ("min_count", "max_caption_len", "image_size"):
@@ -167,10 +168,20 @@ def _vocabulary(setup: CaptioningSetup, splits: tuple[list, list]) -> WordVocab:
     if len(vocab) <= 4:
         raise DataError(
             f"no word occurs {setup.min_count} times in the training captions of "
-            f"{setup.data!r}; lower --min-count",
+            f"{setup.data!r}; lower min_count",
             fields=("min_count",),
         )
     return vocab
+
+
+def _prepare(setup: CaptioningSetup, say: Callable[[str], object]) -> CaptioningSetup:
+    """The setup with its ``encoder_from`` classifier's encoder fields, said once."""
+    if setup.encoder_from is None:
+        return setup
+    setup = fit_setup_to_classifier(setup)
+    taken = ", ".join(f"{name}={getattr(setup, name)}" for name in ENCODER_FIELDS)
+    say(f"encoder from {setup.encoder_from}: {taken}")
+    return setup
 
 
 def _saved_vocabulary(out_dir: Path) -> WordVocab:
@@ -212,7 +223,7 @@ def _datasets(
 CAPTIONING = TaskSpec(
     task="captioning",
     preset=lambda setup: preset_for("captioner", "default"),
-    prepare=fit_setup_to_classifier,
+    prepare=_prepare,
     read=caption_splits,
     vocabulary=_vocabulary,
     saved_vocabulary=_saved_vocabulary,

@@ -55,12 +55,12 @@ def demo_captioning(
     config: TrainConfig = DEMO_CAPTIONING_CONFIG,
     say=print,
 ) -> dict:
-    """Train, evaluate and plot; returns the test scores.  ``say`` prints progress lines."""
+    """Train, evaluate and plot; returns the test scores.  ``say`` prints progress lines.
+    The caller sets the CPU threads (``qkv demo`` gives it one: ``DEMO_THREADS``)."""
     demo = DemoRun(out_dir, say)
     result = demo.train(
         "qkv demo captioning: training a captioner on generated scenes",
         lambda: train_captioning(setup, config, demo.out_dir),
-        single_thread=True,
     )
     captioner = ImageCaptioner.from_checkpoint(demo.out_dir)
     test = caption_examples(SCENES, "test", image_size=setup.image_size, size=TEST_IMAGES)

@@ -65,15 +65,20 @@ def fit_setup_to_classifier(setup: Any) -> Any:
         return setup
     _, fields = classifier_encoder(setup.encoder_from)
     defaults = {field.name: field.default for field in dataclasses.fields(setup)}
-    conflicts = [
-        f"{name}={getattr(setup, name)!r} (the classifier's: {value!r})"
+    conflicting = [
+        name
         for name, value in fields.items()
         if getattr(setup, name) not in (value, defaults[name])
     ]
-    if conflicts:
+    if conflicting:
+        conflicts = ", ".join(
+            f"{name}={getattr(setup, name)!r} (the classifier's: {fields[name]!r})"
+            for name in conflicting
+        )
         raise InputError(
-            f"--encoder-from {setup.encoder_from}: {', '.join(conflicts)} do not fit the "
-            "classifier's encoder; drop those options (they are taken from the classifier)"
+            f"encoder_from={setup.encoder_from!r}: {conflicts} do not fit the classifier's "
+            "encoder; leave those fields at their defaults (they are taken from the classifier)",
+            fields=("encoder_from", *conflicting),
         )
     # the weights come from the classifier: no ImageNet download for a torchvision trunk
     return dataclasses.replace(setup, pretrained_encoder=False, **fields)
@@ -117,10 +122,11 @@ class CachedRegionData:
         needed = num_images * num_regions * feature_dim * 4  # float32
         if needed > max_bytes:
             raise InputError(
-                f"--freeze-encoder keeps the region features of all {num_images} training "
+                f"freeze_encoder keeps the region features of all {num_images} training "
                 f"images: {needed / 1024**3:.1f} GiB, over the limit of "
-                f"{max_bytes / 1024**3:.1f} GiB; use --train-size or a smaller grid / "
-                "feature width, or drop --freeze-encoder"
+                f"{max_bytes / 1024**3:.1f} GiB; lower train_size, grid or feature_dim, or "
+                "train the encoder (freeze_encoder off)",
+                fields=("freeze_encoder", "train_size"),
             )
         self.data, self.encoder = data, encoder
         self.source_lengths, self.target_lengths = data.source_lengths, data.target_lengths

@@ -22,8 +22,8 @@ from ..data.clips import CLIP_TASKS, ClipSet, clip_split
 from ..data.image_folders import read_image_folder
 from ..data.labelled_images import LabelledImages, fashion_mnist_split, scene_classes
 from ..errors import InputError, MissingFileError
-from ..models import build_model
-from ..models.classifier import CLIP_POOLS, IMAGE_POOLS, PAD_FRAME, ClassifierConfig
+from ..models import ClassifierConfig, ClipClassifierConfig, FrameTaggerConfig, build_model
+from ..models.classifier import CLIP_POOLS, IMAGE_POOLS, PAD_FRAME
 from ..training import Checkpoint, TrainConfig, TrainResult, load_checkpoint
 from .classifier_eval import ClassifierScores, evaluate_classifier
 from .presets import Preset, preset_for
@@ -50,6 +50,7 @@ __all__ = [
 IMAGE_DATA = ("fashion-mnist", "shapes")
 CLIPS = "clips"
 _MODEL_TYPES = {"image": "image-classifier", "clip": "clip-classifier", "per-frame": "frame-tagger"}
+_CONFIGS = {"image": ClassifierConfig, "clip": ClipClassifierConfig, "per-frame": FrameTaggerConfig}
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class ClassifierSetup:
         pool = self.pool or pools[0]
         if pool not in pools:
             raise InputError(
-                f"--pool {pool} is not one of {pools} for task {task!r}", fields=("pool",)
+                f"pool={pool!r} is not one of {pools} for task {task!r}", fields=("pool",)
             )
         size = self.image_size
         if size is None:
@@ -197,8 +198,10 @@ def classification_data(setup: ClassifierSetup, split: str, size: int | None = N
 
 
 def build_classifier(setup: ClassifierSetup, num_classes: int, channels: int) -> nn.Module:
-    """The model the setup describes (ClassifierConfig validates every value)."""
-    config = ClassifierConfig(
+    """The model the setup describes (its config validates every value): the setup's
+    ``pool`` pools a picture's regions, or a clip's frames; a frame tagger's regions and a
+    clip's are pooled by their mean."""
+    shared = dict(
         num_classes=num_classes,
         channels=channels,
         image_size=setup.image_size,
@@ -206,12 +209,13 @@ def build_classifier(setup: ClassifierSetup, num_classes: int, channels: int) ->
         grid=setup.grid,
         feature_attention=setup.feature_attention,
         region_pool=setup.pool if setup.task == "image" else "mean",
-        pool=setup.pool if setup.task == "clip" else "attention",
-        tagger_layers=setup.tagger_layers,
-        positions=setup.positions,
         dropout=setup.dropout,
     )
-    return build_model(_MODEL_TYPES[setup.task], config)
+    own = {
+        "clip": dict(pool=setup.pool),
+        "per-frame": dict(tagger_layers=setup.tagger_layers, positions=setup.positions),
+    }.get(setup.task, {})
+    return build_model(_MODEL_TYPES[setup.task], _CONFIGS[setup.task](**shared, **own))
 
 
 def _build(setup: ClassifierSetup, splits: tuple, vocabulary: None) -> nn.Module:

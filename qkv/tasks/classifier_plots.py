@@ -86,7 +86,8 @@ def plot_classifier_attention(
     if not model.config.feature_attention:
         raise InputError(
             "this model has neither attention pooling over frames nor feature-map attention "
-            "to draw; train with --pool attention (clips) or --feature-attention"
+            "to draw; train it with pool='attention' (clips) or feature_attention",
+            fields=("pool", "feature_attention"),
         )
     grid = model.config.grid
     pictures = batch.source if batch.source.dim() == 4 else batch.source[:, 0]  # first frames

@@ -11,13 +11,10 @@ minutes) and the frame of progress lines (:class:`DemoRun`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import torch
 
 from ..training import TrainConfig, TrainResult
 from ..training.recipes import Recipe
@@ -26,7 +23,7 @@ from .presets import recipe_for
 from .translation import TranslationSetup, train_translation
 from .translator import Translator, evaluate_translation
 
-__all__ = ["DEMO_TRAIN_CONFIG", "demo_train_config", "DemoRun", "run_demo"]
+__all__ = ["DEMO_TRAIN_CONFIG", "DEMO_THREADS", "demo_train_config", "DemoRun", "run_demo"]
 
 
 def demo_train_config(recipe: Recipe, *, max_minutes: float, log_every: int) -> TrainConfig:
@@ -53,6 +50,12 @@ DEMO_TRAIN_CONFIG = dataclasses.replace(
     max_tokens=1024,
 )
 
+#: The CPU threads each demo asks its caller for (None: torch's choice).  The captioning
+#: demo's steps are many small operations that a second thread barely speeds up, and on a
+#: 2-core machine whose other core is busy, two threads made a step 40 times slower
+#: (0.15 s -> 5.8 s, measured).
+DEMO_THREADS: dict[str, int | None] = {"translation": None, "captioning": 1}
+
 EXAMPLES = [
     "the 3rd of March 1998",
     "Tuesday, March 3, 1998",
@@ -63,38 +66,22 @@ EXAMPLES = [
 
 
 class DemoRun:
-    """The frame of a demo: says what it trains, trains (on one CPU thread if asked), says
-    how it went, and finally where the pictures are and how long it all took."""
+    """The frame of a demo: says what it trains, trains, says how it went, and finally where
+    the pictures are and how long it all took."""
 
     def __init__(self, out_dir: str | Path, say: Callable[[str], object]):
         self.out_dir, self.say = Path(out_dir), say
         self.started = time.perf_counter()
 
-    def train(
-        self, what: str, train: Callable[[], TrainResult], *, single_thread: bool = False
-    ) -> TrainResult:
+    def train(self, what: str, train: Callable[[], TrainResult]) -> TrainResult:
         self.say(f"{what} (checkpoints in {self.out_dir}/)")
-        with one_thread() if single_thread else contextlib.nullcontext():
-            result = train()
+        result = train()
         self.say(f"trained {result.steps} steps in {result.elapsed:.0f} s ({result.stop_reason})")
         return result
 
     def finish(self, pictures: str) -> None:
         elapsed = time.perf_counter() - self.started
         self.say(f"{pictures}  ({elapsed:.0f} s in all)")
-
-
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Run torch on one CPU thread, then restore the count.  The demos' steps are many
-    small operations that a second thread barely speeds up, and on a 2-core machine whose
-    other core is busy, two threads made a step 40 times slower (0.15 s -> 5.8 s, measured)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def run_demo(

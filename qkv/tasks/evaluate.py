@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..decoding.search import check_search
 from ..errors import CheckpointError, DataError, InputError
 from ..training import checkpoint_model_type, load_checkpoint
 from .translator import reading_errors
@@ -41,8 +42,7 @@ class EvaluationRequest:
             raise InputError(
                 f"limit={self.limit} must be a positive number of items", fields=("limit",)
             )
-        if isinstance(self.beam, bool) or self.beam < 1:
-            raise InputError(f"beam={self.beam} must be at least 1", fields=("beam",))
+        check_search(self.beam)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from ..data import BOS_ID, EOS_ID, PAD_ID
 from ..data.captions import WordVocab
 from ..data.karpathy import load_image
 from ..decoding import beam_search, greedy_search
-from ..errors import CheckpointError, InputError
+from ..decoding.search import check_search
+from ..errors import CheckpointError
 from ..plotting import plot_image_attention
 from ..training import Checkpoint, load_checkpoint
 
@@ -115,8 +116,7 @@ class ImageCaptioner:
         """Caption images in batches of ``batch_size``; beam=1 is greedy search.
 
         Shapes: images (B, 3, H, W) or B tensors (3, H, W), floats in [0, 1], one size."""
-        if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
-            raise InputError(f"beam={beam!r} must be a whole number >= 1", fields=("beam",))
+        check_search(beam, length_penalty)
         images = _image_list(images)
         if need_attention and not self.has_attention:
             raise ValueError("this captioner is the no-attention baseline: it has no attention")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import InputError
 from ..plotting import plot_alignment, plot_alignment_grid
 from .translator import Translation, Translator
 
@@ -26,14 +27,17 @@ def plot_translation_attention(
     layers = translator.cross_attention(translation)  # per layer (H, T, S)
     layer = len(layers) - 1 if layer is None else layer
     if not -len(layers) <= layer < len(layers):
-        raise ValueError(
-            f"--layer {layer} does not exist: the model has {len(layers)} decoder layer(s) (0..{len(layers) - 1})"
+        raise InputError(
+            f"layer={layer} does not exist: the model has {len(layers)} decoder layer(s) "
+            f"(0..{len(layers) - 1})",
+            fields=("layer",),
         )
     weights = layers[layer]
     heads = weights.shape[0]
     if head is not None and not -heads <= head < heads:
-        raise ValueError(
-            f"--head {head} does not exist: layer {layer} has {heads} head(s) (0..{heads - 1})"
+        raise InputError(
+            f"head={head} does not exist: layer {layer} has {heads} head(s) (0..{heads - 1})",
+            fields=("head",),
         )
     target = [*translation.tokens, "</s>"][: weights.shape[1]]
     source = translation.source_tokens

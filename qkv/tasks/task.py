@@ -70,7 +70,8 @@ class TaskSpec:
     tokenizers: the files the vocabulary is saved as in each checkpoint.
     build: the model of a setup over a vocabulary.
     datasets: the trainer's data, validation metrics and metadata.
-    prepare: the setup as trained (the captioner takes a classifier's encoder fields)."""
+    prepare: ``prepare(setup, say)`` -> the setup as trained, told through ``say`` where it
+        differs (the captioner takes a classifier's encoder fields)."""
 
     task: str
     preset: Callable[[Any], Preset]
@@ -80,7 +81,7 @@ class TaskSpec:
     vocabulary: Callable[[Any, Any], Any] | None = None
     saved_vocabulary: Callable[[Path], Any] | None = None
     tokenizers: Callable[[Any], dict[str, Any]] = lambda vocabulary: {}
-    prepare: Callable[[Any], Any] = lambda setup: setup
+    prepare: Callable[[Any, Callable[[str], object]], Any] = lambda setup, say: setup
 
 
 def check_run_folder(out_dir: str | Path, *, resume: bool) -> Path:
@@ -120,7 +121,7 @@ def train_task(
     choice is recorded in the checkpoint's metadata (``"schedule"``) and told through
     ``say``."""
     out_dir = check_run_folder(out_dir, resume=resume)
-    setup = spec.prepare(setup)
+    setup = spec.prepare(setup, say or (lambda line: None))
     raw = spec.read(setup)
     vocabulary = None
     if resume and spec.saved_vocabulary is not None:
@@ -166,6 +167,9 @@ def train_config(preset: Preset, given: Mapping[str, Any], *, fitted: bool = Fal
     what the user ``given``.  ``fitted``: the recipe chooses the learning rate later (and
     checks ``min_lr`` against it then), so an lr not given only holds a place here."""
     values = {**preset.train, **given}
+    options = {**preset.train.get("schedule_options", {}), **given.get("schedule_options", {})}
+    if options:
+        values["schedule_options"] = options
     if fitted and "lr" not in given:
         values["lr"] = max(values.get("lr", TrainConfig.lr), values.get("min_lr", 0.0))
     try:

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from ..data import BOS_ID, EOS_ID, PAD_ID, load_corpus, pad_sequences
 from ..data.tokenizers import Tokenizer
 from ..decoding import beam_search, greedy_search
+from ..decoding.search import check_search
 from ..errors import CheckpointError, DataError, InputError, QkvError
 from ..evaluation import LengthBucket, Scores, bleu_by_length, corpus_scores
 from ..explore import teacher_forced_attention
@@ -134,8 +135,7 @@ class Translator:
         """Translate sentences (batched, longest first); beam=1 is greedy search."""
         if isinstance(sentences, str):
             raise TypeError("translate takes a list of sentences, not one string")
-        if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
-            raise InputError(f"beam={beam!r} must be a whole number >= 1 (1 = greedy search)")
+        check_search(beam, length_penalty)
         self.model.eval()
         sources = self.encode_sources(sentences)
         order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
@@ -244,8 +244,7 @@ def score_translator(
     length in words (0-10, 11-20, 21-30, 31-40, 41+)."""
     if limit is not None and limit < 1:
         raise InputError(f"limit={limit} must be a positive number of sentences", fields=("limit",))
-    if beam < 1:
-        raise InputError(f"beam={beam} must be at least 1", fields=("beam",))
+    check_search(beam)
     scores, translations, references = evaluate_translation(
         translator, data, split=split, beam=beam, limit=limit
     )

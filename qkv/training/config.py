@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from .schedules import available_schedules, schedule_kind
+from .schedules import available_schedules, schedule_kind, schedule_option
 
-__all__ = ["TrainConfig", "SCHEDULES", "RESUME_MAY_CHANGE"]
+__all__ = ["TrainConfig", "SCHEDULES", "RESUME_MAY_CHANGE", "upgrade_train_config"]
 
 SCHEDULES = available_schedules()  # the registry of qkv.training.schedules
 DEVICES = ("auto", "cpu", "cuda")
@@ -45,10 +46,14 @@ class TrainConfig:
         validation loss even when BLEU picks the best checkpoint.
     warmup_steps: steps of linear warm-up (0 = none).
     min_lr: the floor of the cosine and plateau schedules.
-    plateau_factor: the plateau schedule's decay, in (0, 1).
-    plateau_patience: validations without improvement before the plateau schedule decays
-        (>= 1).  With early stopping, set ``patience`` larger (say 2-3 decays' worth), or
-        training stops before the lower lr has been tried; nothing enforces it.
+    schedule_options: the knobs only one schedule reads, by name (its
+        :class:`~qkv.training.schedules.ScheduleKind`'s ``options``, each checked by it); the
+        chosen schedule's options not given take their defaults here.  The plateau's:
+        ``plateau_factor``, its decay in (0, 1) (default 0.5), and ``plateau_patience``,
+        validations without improvement before it decays (>= 1, default 2).  With early
+        stopping, set ``patience`` larger (say 2-3 decays' worth), or training stops before
+        the lower lr has been tried; nothing enforces it.  An option of another schedule is
+        kept, unread, so that a recipe that picks that schedule later finds it.
     weight_decay: AdamW decoupled weight decay, applied to matrices (not biases or norms).
     betas: AdamW's (beta1, beta2).
     label_smoothing: epsilon of label-smoothed cross-entropy (0 = plain cross-entropy).
@@ -80,8 +85,7 @@ class TrainConfig:
     schedule: str = "inverse_sqrt"
     warmup_steps: int = 4000
     min_lr: float = 0.0
-    plateau_factor: float = 0.5
-    plateau_patience: int = 2
+    schedule_options: Mapping[str, Any] = field(default_factory=dict)
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.98)
     label_smoothing: float = 0.1
@@ -108,9 +112,10 @@ class TrainConfig:
         _check_int("warmup_steps", self.warmup_steps, minimum=0)
         if not 0.0 <= self.min_lr <= self.lr:
             raise ValueError(f"min_lr={self.min_lr} must lie in [0, lr={self.lr}]")
-        if not (isinstance(self.plateau_factor, (int, float)) and 0.0 < self.plateau_factor < 1.0):
-            raise ValueError(f"plateau_factor={self.plateau_factor!r} must lie in (0, 1)")
-        _check_int("plateau_patience", self.plateau_patience, minimum=1)
+        for name, value in self.schedule_options.items():
+            schedule_option(name).check(value)  # ValueError naming the option or the value
+        defaults = {name: option.default for name, option in schedule.options.items()}
+        object.__setattr__(self, "schedule_options", {**defaults, **self.schedule_options})
         if not 0.0 <= self.weight_decay < 1.0:
             raise ValueError(f"weight_decay={self.weight_decay} must lie in [0, 1)")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
@@ -148,6 +153,22 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """The config as a plain dict (for a checkpoint's JSON metadata)."""
         return dataclasses.asdict(self)
+
+
+def upgrade_train_config(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint's saved TrainConfig dict in today's fields: before ``schedule_options``
+    the plateau's two knobs were fields of their own for every schedule; they move there
+    where the saved schedule reads them or they differ from their default."""
+    saved = dict(saved)
+    options = dict(saved.get("schedule_options") or {})
+    reads = schedule_kind(saved.get("schedule", TrainConfig.schedule)).options
+    for name in ("plateau_factor", "plateau_patience"):
+        if name in saved:
+            value = saved.pop(name)
+            if name in reads or value != schedule_option(name).default:
+                options.setdefault(name, value)
+    saved["schedule_options"] = options
+    return saved
 
 
 def _check_int(name: str, value: Any, *, minimum: int) -> None:

@@ -19,7 +19,7 @@ from .clock_fit import on_the_clock
 from .config import TrainConfig
 from .distributed import DistributedContext, all_gather_object, barrier
 from .optimizer import make_optimizer
-from .schedules import build_schedule, schedule_kind
+from .schedules import build_schedule
 from .state import TrainerState, capture_rng, check_resumable, restore_rng, seed_everything
 from .weights import WeightsMismatchError
 
@@ -48,7 +48,7 @@ def start_or_resume(
         warmup_steps=config.warmup_steps,
         total_steps=length,
         floor=config.min_lr / config.lr,
-        **{option: getattr(config, option) for option in schedule_kind(config.schedule).options},
+        **config.schedule_options,
     )
     if saved is None:
         seed_everything(config.seed + context.rank)  # dropout differs across ranks

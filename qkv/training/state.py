@@ -15,8 +15,9 @@ import torch
 from ..data.batch import Batch
 from ..data.batching import TokenBatchSampler
 from ..errors import RunError
+from ..models.saved_configs import upgrade_saved_config
 from .checkpoint import read_pointer
-from .config import RESUME_MAY_CHANGE, TrainConfig
+from .config import RESUME_MAY_CHANGE, TrainConfig, upgrade_train_config
 
 __all__ = [
     "TrainingData",
@@ -188,10 +189,14 @@ def check_resumable(
     differences = []
     if saved["model_type"] != model_type:
         differences.append(f"model_type {saved['model_type']!r} -> {model_type!r}")
-    differences += _differing("model", saved["model_config"], model_config)
+    # a config written before one of its defaults changed, or its fields moved, reads as the
+    # model that was built then (as load_checkpoint reads it)
+    saved_model = upgrade_saved_config(saved["model_type"], saved["model_config"], {})
+    differences += _differing("model", saved_model, model_config)
     current = train_config.to_dict()
-    # a field newer than the checkpoint was trained at its default (e.g. plateau_factor)
-    saved_config = {**TrainConfig().to_dict(), **saved["train_config"]}
+    # a field newer than the checkpoint was trained at its default (e.g. eval_batches), and
+    # the plateau's knobs of a checkpoint older than schedule_options move there
+    saved_config = upgrade_train_config({**TrainConfig().to_dict(), **saved["train_config"]})
     old = {k: v for k, v in saved_config.items() if k not in RESUME_MAY_CHANGE}
     new = {k: v for k, v in current.items() if k not in RESUME_MAY_CHANGE}
     differences += _differing("train", old, new)
