@@ -29,6 +29,7 @@ from qkv.layers.multihead import MultiHeadAttention
 from qkv.layers.scaled_rotary import ScaledRotaryEmbedding
 
 from .base import StepOutput
+from .checks import check_config
 from .llama_config import LlamaConfig
 from .lm import LMOutput, LMState, _check_ids, next_token_loss
 from .registry import register_model
@@ -109,8 +110,7 @@ class LlamaLM(nn.Module):
 
     def __init__(self, config: LlamaConfig):
         super().__init__()
-        if not isinstance(config, LlamaConfig):
-            raise TypeError(f"LlamaLM needs a LlamaConfig, got {type(config).__name__}")
+        check_config(self, config, LlamaConfig)
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         # One rotary component shared by every block (it has no parameters).

@@ -25,6 +25,7 @@ from qkv.layers.multihead import MultiHeadAttention
 from qkv.layers.position_registry import build_attention_positions, build_input_positions
 
 from .base import StepOutput
+from .checks import check_config
 from .lm_config import TransformerLMConfig
 from .registry import register_model
 
@@ -64,10 +65,7 @@ class TransformerLM(nn.Module):
 
     def __init__(self, config: TransformerLMConfig):
         super().__init__()
-        if not isinstance(config, TransformerLMConfig):
-            raise TypeError(
-                f"TransformerLM needs a TransformerLMConfig, got {type(config).__name__}"
-            )
+        check_config(self, config, TransformerLMConfig)
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         # Sinusoidal encodings have unit scale; as in Vaswani et al., the token vectors are
