@@ -1,5 +1,6 @@
 """The tasks' data: corpora, readers, tokenizers, datasets and batching."""
 
+from . import tokenizers
 from .batch import (
     BOS_ID,
     EOS_ID,
@@ -23,15 +24,7 @@ from .dataset import TranslationDataset
 from .dates import DATE_FORMATS, dates_corpus, format_date
 from .ding import DING_PATH, ding_de_en, parse_ding
 from .readers import read_parallel, read_tsv
-from .tokenizers import (
-    TOKENIZER_KINDS,
-    BPETokenizer,
-    CharTokenizer,
-    Tokenizer,
-    load_tokenizer,
-    train_tokenizer,
-    training_texts,
-)
+from .tokenizers import *  # noqa: F403  (re-exported whole: its __all__)
 
 __all__ = [
     "Batch",
@@ -56,13 +49,7 @@ __all__ = [
     "corpus_description",
     "default_tokenizer_kind",
     "SPLITS",
-    "Tokenizer",
-    "CharTokenizer",
-    "BPETokenizer",
-    "train_tokenizer",
-    "load_tokenizer",
-    "training_texts",
-    "TOKENIZER_KINDS",
+    *tokenizers.__all__,
     "TranslationDataset",
     "TokenBatchSampler",
 ]

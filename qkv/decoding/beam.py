@@ -28,11 +28,14 @@ With ``beam_size=1`` this is exactly greedy search (same tokens, same scores).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from qkv.models.base import Decodable, select_state
 
+from .greedy import greedy_search
 from .search import (
     DEFAULT_BOS_ID,
     DEFAULT_EOS_ID,
@@ -45,7 +48,7 @@ from .search import (
     length_penalty_factor,
 )
 
-__all__ = ["beam_search"]
+__all__ = ["beam_search", "decode"]
 
 
 @torch.no_grad()
@@ -208,3 +211,14 @@ def _backtrack(
         attention=attention,
         num_return=num_return,
     )
+
+
+def decode(
+    model: Decodable, source: Tensor, *, beam: int, length_penalty: float = 1.0, **options: Any
+) -> Hypotheses:
+    """Greedy search for ``beam=1``, else beam search of width ``beam`` (``length_penalty``
+    applies to it only); ``options`` are the keywords both take (``max_len``, the special
+    token ids, ``need_attention``).  How the translator and the captioner decode."""
+    if beam == 1:
+        return greedy_search(model, source, **options)
+    return beam_search(model, source, beam_size=beam, length_penalty=length_penalty, **options)

@@ -3,7 +3,7 @@
 Depends on torch alone.  Names follow SPEC.md: scores -> masked softmax -> weighted sum.
 """
 
-from . import backends
+from . import backends, positions
 from .attention import attention, attention_with_weights, explain_backend
 from .backends import AttentionOutput, BackendChoice, available_backends, register_backend
 from .backends import chunked as _chunked  # noqa: F401  (registers "chunked")
@@ -16,14 +16,7 @@ from .block_mask import BlockMask, and_masks, create_block_mask, noop_mask, or_m
 from .flex import flex_attention
 from .heads import merge_heads, repeat_kv, split_heads
 from .masks import causal_mask, from_key_padding_mask, padding_mask
-from .positions import (
-    alibi_bias,
-    alibi_slopes,
-    apply_rotary,
-    rotary_angles,
-    rotate_half,
-    sinusoidal_encoding,
-)
+from .positions import *  # noqa: F403  (re-exported whole: its __all__)
 from .softmax import masked_softmax
 
 __all__ = [
@@ -51,10 +44,5 @@ __all__ = [
     "split_heads",
     "merge_heads",
     "repeat_kv",
-    "sinusoidal_encoding",
-    "rotary_angles",
-    "apply_rotary",
-    "rotate_half",
-    "alibi_slopes",
-    "alibi_bias",
+    *positions.__all__,
 ]

@@ -1,5 +1,6 @@
 """qkv.layers: nn.Modules that own parameters and call qkv.functional."""
 
+from . import position_registry, positions, scores
 from .attention import Attention, AttentionMemory
 from .blocks import (
     DecoderBlock,
@@ -14,32 +15,10 @@ from .feature_attention import FeatureAttentionOutput, SelfAttention2d
 from .feedforward import FeedForward
 from .multihead import MultiHeadAttention
 from .pooling import AttentionPooling, PoolingOutput
-from .position_registry import (
-    available_positions,
-    build_attention_positions,
-    build_input_positions,
-    build_position,
-    position_kind,
-    register_position,
-)
-from .positions import (
-    ConcatenatedPositionalEmbedding,
-    LearnedPositionalEmbedding,
-    NoInputPositions,
-    SinusoidalPositionalEncoding,
-)
+from .position_registry import *  # noqa: F403  (re-exported whole: its __all__)
+from .positions import *  # noqa: F403  (re-exported whole: its __all__)
 from .recurrent import BidirectionalEncoder, EncoderStates
-from .relative_positions import ALiBi, RotaryEmbedding
-from .scores import (
-    AdditiveScore,
-    BilinearScore,
-    DotScore,
-    ScaledDotScore,
-    Score,
-    available_scores,
-    make_score,
-    register_score,
-)
+from .scores import *  # noqa: F403  (re-exported whole: its __all__)
 from .tagger import SequenceTagger, TaggerOutput
 
 __all__ = [
@@ -50,26 +29,10 @@ __all__ = [
     "RollingKVCache",
     "StaticKV",
     "MultiHeadAttention",
-    "Score",
-    "DotScore",
-    "ScaledDotScore",
-    "BilinearScore",
-    "AdditiveScore",
-    "register_score",
-    "make_score",
-    "available_scores",
-    "SinusoidalPositionalEncoding",
-    "LearnedPositionalEmbedding",
-    "ConcatenatedPositionalEmbedding",
-    "NoInputPositions",
-    "RotaryEmbedding",
-    "ALiBi",
-    "register_position",
-    "available_positions",
-    "position_kind",
-    "build_position",
-    "build_input_positions",
-    "build_attention_positions",
+    # every name of the scores, the position components and their registry
+    *scores.__all__,
+    *positions.__all__,
+    *position_registry.__all__,
     "FeedForward",
     "EncoderBlock",
     "DecoderBlock",

@@ -26,13 +26,16 @@ __all__ = ["AttentionPositions"]
 
 @runtime_checkable
 class AttentionPositions(Protocol):
-    """What an attention position component provides (duck-typed; RoPE and ALiBi implement it)."""
+    """What an attention position component provides (duck-typed; RoPE and ALiBi implement it).
+
+    A component may also subclass it (``class RoPE(nn.Module, AttentionPositions)``) and
+    inherit the half it does not use: ``rotate`` is the identity, ``bias`` is None."""
 
     def rotate(self, x: Tensor, *, start: int) -> Tensor:
         """Shapes: x (B, H, T, Dh) at positions start..start+T-1 -> (B, H, T, Dh).
 
         Identity for schemes that only bias the scores."""
-        ...
+        return x
 
     def bias(
         self,
@@ -45,4 +48,4 @@ class AttentionPositions(Protocol):
     ) -> Tensor | None:
         """An additive score bias (H, Tq, Tk) for queries at positions query_start.. and keys at
         positions 0..num_keys-1, or None for schemes that only rotate."""
-        ...
+        return None

@@ -15,10 +15,12 @@ from qkv.errors import InputError
 from qkv.functional.patterns import alibi
 from qkv.functional.positions import alibi_bias, alibi_slopes, apply_rotary, rotary_angles
 
+from .attention_positions import AttentionPositions
+
 __all__ = ["RotaryEmbedding", "ALiBi"]
 
 
-class RotaryEmbedding(nn.Module):
+class RotaryEmbedding(nn.Module, AttentionPositions):
     """Rotary position embeddings (RoPE, Su et al. 2021) for per-head queries and keys.
 
     Half-split pairing (channel ``i`` with ``i + Dh/2``, as GPT-NeoX / LLaMA); see
@@ -52,18 +54,6 @@ class RotaryEmbedding(nn.Module):
         self._check_heads(x, "x")
         _check_start(start, "start")
         return apply_rotary(x, *self._angles(x.shape[2], start, x))
-
-    def bias(
-        self,
-        *,
-        query_start: int,
-        num_queries: int,
-        num_keys: int,
-        device: torch.device,
-        dtype: torch.dtype,
-    ) -> None:
-        """RoPE only rotates: no score bias."""
-        return None
 
     def forward(self, query: Tensor, key: Tensor, *, offset: int = 0) -> tuple[Tensor, Tensor]:
         """Queries and keys rotated by their positions: the keys start at ``offset``, the queries
@@ -108,7 +98,7 @@ class RotaryEmbedding(nn.Module):
         return f"head_dim={self.head_dim}, base={self.base}, max_len={self.cos_table.shape[0]}"
 
 
-class ALiBi(nn.Module):
+class ALiBi(nn.Module, AttentionPositions):
     """ALiBi (Press et al. 2022): per-head linear distance biases, no position embeddings.
 
     The score of query ``i`` and key ``j`` in head ``h`` gets ``-slope_h * |i - j|``
@@ -131,10 +121,6 @@ class ALiBi(nn.Module):
         super().__init__()
         self.num_heads = num_heads
         self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)  # (H,)
-
-    def rotate(self, x: Tensor, *, start: int) -> Tensor:
-        """ALiBi only biases the scores: the vectors pass unchanged."""
-        return x
 
     def bias(
         self,

@@ -17,10 +17,12 @@ from qkv.errors import InputError
 from qkv.functional.positions import apply_rotary
 from qkv.functional.rope_scaling import RopeScaling, rope_inverse_frequency, rotary_tables
 
+from .attention_positions import AttentionPositions
+
 __all__ = ["ScaledRotaryEmbedding"]
 
 
-class ScaledRotaryEmbedding(nn.Module):
+class ScaledRotaryEmbedding(nn.Module, AttentionPositions):
     """RoPE with inverse frequencies from ``rope_inverse_frequency(head_dim, base, scaling)``.
 
     ``rotate(x, start=p)`` rotates (B, H, T, Dh) vectors at positions ``p .. p + T - 1``;
@@ -76,18 +78,6 @@ class ScaledRotaryEmbedding(nn.Module):
                 frequency, length, offset=start, device=x.device, dtype=x.dtype
             )
         return apply_rotary(x, cos, sin)
-
-    def bias(
-        self,
-        *,
-        query_start: int,
-        num_queries: int,
-        num_keys: int,
-        device: torch.device,
-        dtype: torch.dtype,
-    ) -> None:
-        """RoPE only rotates: no score bias."""
-        return None
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, base={self.base}, scaling={self.scaling.kind!r}"

@@ -19,6 +19,7 @@ from qkv.layers.blocks import EncoderBlock
 from qkv.layers.feedforward import ACTIVATIONS
 from qkv.layers.positions import LearnedPositionalEmbedding
 
+from .checks import check_config
 from .registry import register_model
 from .transformer_stack import TransformerEncoder
 
@@ -113,8 +114,7 @@ class BertModel(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        if not isinstance(config, BertConfig):
-            raise TypeError(f"BertModel needs a BertConfig, got {type(config).__name__}")
+        check_config(self, config, BertConfig)
         self.config = config
         self.embeddings = BertEmbeddings(config)
         block = dict(

@@ -35,7 +35,7 @@ from .base import Seq2SeqOutput, StepOutput
 from .captioner_config import CaptionerConfig
 from .captioner_context import AttendedRegions, ContextGate, MeanRegion, NoGate
 from .captioner_encoder import build_region_encoder
-from .checks import check_token_ids
+from .checks import check_config, check_token_ids
 from .registry import register_model
 
 __all__ = [
@@ -95,8 +95,7 @@ class Captioner(nn.Module):
 
     def __init__(self, config: CaptionerConfig):
         super().__init__()
-        if not isinstance(config, CaptionerConfig):
-            raise TypeError(f"Captioner needs a CaptionerConfig, got {type(config).__name__}")
+        check_config(self, config, CaptionerConfig)
         self.config = config
         feature_dim, hidden_dim, embedding_dim = (
             config.feature_dim,

@@ -18,8 +18,10 @@ from qkv.errors import InputError
 __all__ = [
     "TOKEN_ID_DTYPES",
     "TokenDtypeError",
+    "check_config",
     "check_token_ids",
     "check_positive_ints",
+    "check_heads",
     "check_dropout",
     "check_vocabularies",
 ]
@@ -30,6 +32,14 @@ TOKEN_ID_DTYPES = (torch.int64, torch.int32)
 
 class TokenDtypeError(InputError, TypeError):
     """Token ids of a dtype the embeddings cannot read (also a TypeError, as Python has it)."""
+
+
+def check_config(model: object, config: object, expected: type) -> None:
+    """A model takes one config dataclass: refuse another kind, naming both classes."""
+    if not isinstance(config, expected):
+        raise TypeError(
+            f"{type(model).__name__} needs a {expected.__name__}, got {type(config).__name__}"
+        )
 
 
 def check_token_ids(tokens: Tensor, name: str, *, unit: str = "sequence") -> None:
@@ -57,6 +67,19 @@ def check_positive_ints(config: Any, names: tuple[str, ...], *, allow_zero: bool
         if not isinstance(value, int) or isinstance(value, bool) or value < 1 - allow_zero:
             kind = "non-negative" if allow_zero else "positive"
             raise InputError(f"{name}={value!r} must be a {kind} integer")
+
+
+def check_heads(config: Any) -> None:
+    """``d_model`` must split into ``num_heads`` heads, and those into groups of
+    ``num_kv_heads`` (grouped-query attention; fields d_model, num_heads, num_kv_heads)."""
+    if config.d_model % config.num_heads:
+        raise InputError(
+            f"d_model={config.d_model} is not divisible by num_heads={config.num_heads}"
+        )
+    if config.num_heads % config.num_kv_heads:
+        raise InputError(
+            f"num_heads={config.num_heads} is not divisible by num_kv_heads={config.num_kv_heads}"
+        )
 
 
 def check_dropout(dropout: float, name: str = "dropout") -> None:

@@ -29,8 +29,9 @@ from qkv.layers.multihead import MultiHeadAttention
 from qkv.layers.scaled_rotary import ScaledRotaryEmbedding
 
 from .base import StepOutput
+from .checks import check_config
 from .llama_config import LlamaConfig
-from .lm import LMOutput, LMState, _check_ids
+from .lm import LMOutput, LMState, _check_ids, next_token_loss
 from .registry import register_model
 
 __all__ = ["LlamaLM", "LlamaBlock", "LlamaConfig", "sliding_window_mask"]
@@ -109,8 +110,7 @@ class LlamaLM(nn.Module):
 
     def __init__(self, config: LlamaConfig):
         super().__init__()
-        if not isinstance(config, LlamaConfig):
-            raise TypeError(f"LlamaLM needs a LlamaConfig, got {type(config).__name__}")
+        check_config(self, config, LlamaConfig)
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         # One rotary component shared by every block (it has no parameters).
@@ -144,13 +144,7 @@ class LlamaLM(nn.Module):
     def loss(self, ids: Tensor, *, pad_id: int | None = None) -> Tensor:
         """Mean cross-entropy of predicting ids[:, 1:] from ids[:, :-1] (``pad_id`` targets
         are ignored; None ignores nothing).  Shapes: ids (B, T), T >= 2 -> ()."""
-        if ids.dim() != 2 or ids.shape[1] < 2:
-            raise InputError(f"loss needs ids (B, T) with T >= 2, got {tuple(ids.shape)}")
-        logits = self(ids[:, :-1]).logits  # (B, T-1, V)
-        ignore = -100 if pad_id is None else pad_id
-        return F.cross_entropy(
-            logits.flatten(0, 1).float(), ids[:, 1:].flatten(), ignore_index=ignore
-        )
+        return next_token_loss(self, ids, pad_id)
 
     def start(self, prefix: Tensor) -> LMState:
         """Read ``prefix`` (B, S) into fresh KV caches in one pass (S may be 0)."""

@@ -8,6 +8,8 @@ from qkv.errors import InputError
 from qkv.functional.rope_scaling import RopeScaling
 from qkv.layers.gated_feedforward import GATE_ACTIVATIONS
 
+from .checks import check_heads, check_positive_ints
+
 __all__ = ["LlamaConfig"]
 
 
@@ -53,18 +55,8 @@ class LlamaConfig:
         if self.num_kv_heads is None:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
         sizes = ("vocab_size", "d_model", "num_heads", "num_kv_heads", "num_layers", "d_ff")
-        for name in (*sizes, "max_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InputError(f"{name}={value!r} must be a positive integer")
-        if self.d_model % self.num_heads:
-            raise InputError(
-                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
-            )
-        if self.num_heads % self.num_kv_heads:
-            raise InputError(
-                f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.num_kv_heads}"
-            )
+        check_positive_ints(self, (*sizes, "max_len"))
+        check_heads(self)
         if self.head_dim % 2:
             raise InputError(f"RoPE needs an even head width, got {self.head_dim}")
         if not isinstance(self.rope_scaling, RopeScaling):

@@ -26,6 +26,7 @@ from qkv.layers.multihead import MultiHeadAttention
 from qkv.layers.position_registry import build_attention_positions, build_input_positions
 
 from .base import StepOutput
+from .checks import check_config
 from .lm_config import TransformerLMConfig
 from .lm_masks import attention_masks, find_documents
 from .registry import register_model
@@ -68,10 +69,7 @@ class TransformerLM(nn.Module):
 
     def __init__(self, config: TransformerLMConfig):
         super().__init__()
-        if not isinstance(config, TransformerLMConfig):
-            raise TypeError(
-                f"TransformerLM needs a TransformerLMConfig, got {type(config).__name__}"
-            )
+        check_config(self, config, TransformerLMConfig)
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         # Sinusoidal encodings have unit scale; as in Vaswani et al., the token vectors are
@@ -155,13 +153,7 @@ class TransformerLM(nn.Module):
     def loss(self, ids: Tensor, *, pad_id: int | None = 0) -> Tensor:
         """Mean cross-entropy of predicting ids[:, 1:] from ids[:, :-1] (``pad_id`` targets
         are ignored; None ignores nothing).  Shapes: ids (B, T), T >= 2 -> ()."""
-        if ids.dim() != 2 or ids.shape[1] < 2:
-            raise InputError(f"loss needs ids (B, T) with T >= 2, got {tuple(ids.shape)}")
-        logits = self(ids[:, :-1]).logits  # (B, T-1, V)
-        ignore = -100 if pad_id is None else pad_id
-        return F.cross_entropy(
-            logits.flatten(0, 1).float(), ids[:, 1:].flatten(), ignore_index=ignore
-        )
+        return next_token_loss(self, ids, pad_id)
 
     def context_parallel(self, group=None) -> nn.Module:
         """This model with each training window spread over the ranks of ``group`` (ring
@@ -282,6 +274,17 @@ def _check_ids(ids: Tensor, name: str, vocab_size: int, *, allow_empty: bool = F
         raise InputError(
             f"{name} holds ids outside the vocabulary 0..{vocab_size - 1} (min {low}, max {high})"
         )
+
+
+def next_token_loss(model: nn.Module, ids: Tensor, pad_id: int | None) -> Tensor:
+    """A language model's loss: the mean cross-entropy of ``model(ids[:, :-1]).logits``
+    against ``ids[:, 1:]``, ``pad_id`` targets ignored (None ignores nothing).  Shapes: ids
+    (B, T), T >= 2 -> ()."""
+    if ids.dim() != 2 or ids.shape[1] < 2:
+        raise InputError(f"loss needs ids (B, T) with T >= 2, got {tuple(ids.shape)}")
+    logits = model(ids[:, :-1]).logits  # (B, T-1, V)
+    ignore = -100 if pad_id is None else pad_id
+    return F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten(), ignore_index=ignore)
 
 
 register_model("lm", TransformerLMConfig, TransformerLM)

@@ -8,6 +8,8 @@ from qkv.errors import InputError
 from qkv.layers.feedforward import ACTIVATIONS
 from qkv.layers.position_registry import position_kind
 
+from .checks import check_heads, check_positive_ints
+
 __all__ = ["TransformerLMConfig", "LM_POSITION_KINDS"]
 
 #: The position schemes of issue 13 (any scheme of ``qkv.layers.position_registry`` works):
@@ -63,20 +65,12 @@ class TransformerLMConfig:
     def __post_init__(self) -> None:
         if self.num_kv_heads is None:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
-        for name in ("vocab_size", "d_model", "num_heads", "num_kv_heads", "num_layers", "d_ff"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InputError(f"{name}={value!r} must be a positive integer")
+        check_positive_ints(
+            self, ("vocab_size", "d_model", "num_heads", "num_kv_heads", "num_layers", "d_ff")
+        )
         if not isinstance(self.max_len, int) or self.max_len < 1:
             raise InputError(f"max_len={self.max_len!r} must be a positive integer")
-        if self.d_model % self.num_heads:
-            raise InputError(
-                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
-            )
-        if self.num_heads % self.num_kv_heads:
-            raise InputError(
-                f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.num_kv_heads}"
-            )
+        check_heads(self)
         if not 0.0 <= self.dropout < 1.0:
             raise InputError(f"dropout={self.dropout} must be in [0, 1)")
         if self.activation not in ACTIVATIONS:

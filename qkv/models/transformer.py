@@ -36,7 +36,7 @@ from qkv.layers.multihead import MultiHeadAttention
 from qkv.layers.position_registry import build_attention_positions, build_input_positions
 
 from .base import Seq2SeqOutput, StepOutput
-from .checks import check_token_ids
+from .checks import check_config, check_token_ids
 from .registry import register_model
 from .transformer_config import TransformerConfig
 from .transformer_stack import TransformerDecoder, TransformerEncoder
@@ -88,8 +88,7 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"Transformer needs a TransformerConfig, got {type(config).__name__}")
+        check_config(self, config, TransformerConfig)
         self.config = config
         d_model, pad_id = config.d_model, config.pad_id
         self.embedding_scale = math.sqrt(d_model) if config.scale_embeddings else 1.0

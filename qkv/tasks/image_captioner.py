@@ -10,10 +10,10 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..data import BOS_ID, EOS_ID, PAD_ID
+from ..data import BOS_ID, PAD_ID
 from ..data.captions import WordVocab
 from ..data.karpathy import load_image
-from ..decoding import beam_search, greedy_search
+from ..decoding import decode
 from ..decoding.search import check_search
 from ..errors import CheckpointError
 from ..plotting import plot_image_attention
@@ -124,19 +124,14 @@ class ImageCaptioner:
         results: list[Caption] = []
         for start in range(0, len(images), self.batch_size):
             batch = torch.stack(images[start : start + self.batch_size]).to(self.device)
-            options = dict(
+            found = decode(
+                self.model,
+                batch,
+                beam=beam,
+                length_penalty=length_penalty,
                 max_len=self.max_caption_len + 1,
-                bos_id=BOS_ID,
-                eos_id=EOS_ID,
-                pad_id=PAD_ID,
                 need_attention=need_attention,
             )
-            if beam == 1:
-                found = greedy_search(self.model, batch, **options)
-            else:
-                found = beam_search(
-                    self.model, batch, beam_size=beam, length_penalty=length_penalty, **options
-                )
             for row, ids in enumerate(found.tokens):
                 # an undertrained model may emit <pad> or <s>: they are not words, so their
                 # steps are dropped from the attention too, keeping row t on words[t]

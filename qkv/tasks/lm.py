@@ -23,7 +23,7 @@ from ..models import TransformerLM, TransformerLMConfig
 from ..training import TrainConfig, TrainResult, load_checkpoint
 from .lm_text import context_loss, generate_text
 from .presets import Preset, preset_for, sizes_of
-from .task import TaskData, TaskSpec, train_task
+from .task import TaskData, TaskSpec, check_choices, train_task
 from .translator import reading_errors
 
 __all__ = [
@@ -76,15 +76,7 @@ class LMSetup:
     batch_size: int = 12
 
     def __post_init__(self) -> None:
-        if self.size not in SIZES:
-            raise InputError(
-                f"unknown size {self.size!r}; choose from {list(SIZES)}", fields=("size",)
-            )
-        if self.tokenizer not in TEXT_TOKENIZER_KINDS:
-            raise InputError(
-                f"unknown tokenizer {self.tokenizer!r}; choose from {TEXT_TOKENIZER_KINDS}",
-                fields=("tokenizer",),
-            )
+        check_choices(self, ("size", "tokenizer"))
         if self.context is not None and self.context < 2:
             raise InputError(
                 f"context={self.context} must be at least 2 tokens", fields=("context",)

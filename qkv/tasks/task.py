@@ -33,6 +33,7 @@ __all__ = [
     "train_with_options",
     "train_config",
     "check_run_folder",
+    "check_choices",
     "use_threads",
 ]
 
@@ -82,6 +83,22 @@ class TaskSpec:
     saved_vocabulary: Callable[[Path], Any] | None = None
     tokenizers: Callable[[Any], dict[str, Any]] = lambda vocabulary: {}
     prepare: Callable[[Any, Callable[[str], object]], Any] = lambda setup, say: setup
+
+
+def check_choices(setup: Any, names: tuple[str, ...]) -> None:
+    """Refuse a named field of the ``setup`` dataclass whose value is not one of the
+    ``metadata["choices"]`` its field declares (the list the CLI offers too)."""
+    declared = {
+        item.name: item.metadata["choices"]
+        for item in dataclasses.fields(setup)
+        if "choices" in item.metadata
+    }
+    for name in names:
+        value, choices = getattr(setup, name), declared[name]
+        if value not in choices:
+            raise InputError(
+                f"unknown {name} {value!r}; choose from {list(choices)}", fields=(name,)
+            )
 
 
 def check_run_folder(out_dir: str | Path, *, resume: bool) -> Path:

@@ -27,7 +27,7 @@ from ..errors import CheckpointError, DataError, InputError
 from ..layers import available_scores
 from ..training import TrainConfig, TrainResult, load_checkpoint
 from ..training.state import default_batches
-from .task import TaskData, TaskSpec, train_task
+from .task import TaskData, TaskSpec, check_choices, train_task
 from .translation_models import (
     MODEL_BUILDERS,
     SIZES,
@@ -96,15 +96,7 @@ class TranslationSetup:
                 f"unknown translation model {self.model!r}; choose from {list(MODEL_BUILDERS)}",
                 fields=("model",),
             )
-        if self.size not in SIZES:
-            raise InputError(
-                f"unknown size {self.size!r}; choose from {list(SIZES)}", fields=("size",)
-            )
-        if self.tokenizer not in TOKENIZERS:
-            raise InputError(
-                f"unknown tokenizer {self.tokenizer!r}; choose from {TOKENIZERS}",
-                fields=("tokenizer",),
-            )
+        check_choices(self, ("size", "tokenizer"))
         for name, rate in self.dropout_overrides().items():
             if not 0.0 <= rate < 1.0:
                 raise InputError(f"{name}={rate} must lie in [0, 1)", fields=(name,))

@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..data import BOS_ID, EOS_ID, PAD_ID, load_corpus, pad_sequences
+from ..data import BOS_ID, PAD_ID, load_corpus, pad_sequences
 from ..data.tokenizers import Tokenizer
-from ..decoding import beam_search, greedy_search
+from ..decoding import decode
 from ..decoding.search import check_search
 from ..errors import CheckpointError, DataError, InputError, QkvError
 from ..evaluation import LengthBucket, Scores, bleu_by_length, corpus_scores
@@ -146,19 +146,14 @@ class Translator:
             # A translation is rarely much longer than its source (fairseq's a * len + b);
             # the +1 leaves room for </s>.
             max_len = min(self.max_len, int(1.5 * source.shape[1]) + 10) + 1
-            options = dict(
+            found = decode(
+                self.model,
+                source,
+                beam=beam,
+                length_penalty=length_penalty,
                 max_len=max_len,
-                bos_id=BOS_ID,
-                eos_id=EOS_ID,
-                pad_id=PAD_ID,
                 need_attention=need_attention,
             )
-            if beam == 1:
-                found = greedy_search(self.model, source, **options)
-            else:
-                found = beam_search(
-                    self.model, source, beam_size=beam, length_penalty=length_penalty, **options
-                )
             for row, index in enumerate(chunk):
                 ids = found.tokens[row]
                 alignment = None
