@@ -200,11 +200,8 @@ class TransformerLM(nn.Module):
         self, ids: Tensor, *, caches: list[KVCache] | None, offset: int, need_weights: bool
     ) -> tuple[Tensor, list[Tensor]]:
         """Shapes: ids (B, T) at positions offset.. -> hidden (B, T, D), weights per block."""
-        self._check_length(offset + ids.shape[1])
-        x = self.token_embedding(ids)  # (B, T, D)
-        if self.embedding_scale != 1.0:
-            x = x * self.embedding_scale
-        x = self.positions(x, offset=offset)  # (B, T, D), dropout included
+        self.check_length(offset + ids.shape[1])
+        x = self.embed(ids, offset=offset)  # (B, T, D)
         # One new position (a decoding step) is the last one: it may attend to every key, so
         # no causal mask is needed (and none is built).
         causal = ids.shape[1] > 1
@@ -250,7 +247,16 @@ class TransformerLM(nn.Module):
 
         return None, create_block_mask(window_mask, None, None, length, keys, device)
 
-    def _check_length(self, length: int) -> None:
+    def embed(self, ids: Tensor, *, offset: int = 0) -> Tensor:
+        """The blocks' input: token embeddings (scaled) plus the input positions of
+        ``offset``.., dropout included.  Shapes: ids (B, T) -> (B, T, D)."""
+        x = self.token_embedding(ids)  # (B, T, D)
+        if self.embedding_scale != 1.0:
+            x = x * self.embedding_scale
+        return self.positions(x, offset=offset)  # (B, T, D)
+
+    def check_length(self, length: int) -> None:
+        """InputError if a sequence of ``length`` tokens needs positions the model lacks."""
         if self.max_positions is not None and length > self.max_positions:
             raise InputError(
                 f"a sequence of {length} tokens needs positions up to {length - 1}, but this "
