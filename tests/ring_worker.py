@@ -157,9 +157,12 @@ TEXT = "".join(
 )
 
 
-def lm_training(out_dir: str, text_path: str, context_parallel: int, steps: int, **setup):
+def lm_training(
+    out_dir: str, text_path: str, context_parallel: int, steps: int, accumulate: int = 1, **setup
+):
     """One small LM trained ``steps`` steps with windows of 24 tokens (padded to a multiple of
-    2P where they are shorter), no dropout, every step checkpointed."""
+    2P where they are shorter), no dropout, every step checkpointed; ``accumulate`` batches
+    per step."""
     from qkv.tasks.lm import LMSetup, train_lm
     from qkv.training import TrainConfig
 
@@ -173,6 +176,7 @@ def lm_training(out_dir: str, text_path: str, context_parallel: int, steps: int,
         device="cpu",
         label_smoothing=0.0,
         context_parallel=context_parallel,
+        accumulate=accumulate,
     )
     lm_setup = LMSetup(data=text_path, context=24, dropout=0.0, **setup)
     return train_lm(lm_setup, config, out_dir, resume=(Path(out_dir) / "last.json").exists())
@@ -209,17 +213,20 @@ def training_worker(
         os._exit(3)
 
 
-def lm_gradient_worker(rank: int, world: int, port: int, out: str, positions: str) -> None:
+def lm_gradient_worker(
+    rank: int, world: int, port: int, out: str, positions: str, window: int | None = None
+) -> None:
     """Summed token loss of a float64 LM over one window of 30 tokens (padded to a multiple
     of 2P): its gradients summed over the ranks, against one process; rank 0 writes the
-    largest difference per parameter (and the loss's, which sequence_loss sums in float32)."""
+    largest difference per parameter (and the loss's, which sequence_loss sums in float32).
+    ``window``: the LM's sliding window."""
     from qkv.models import TransformerLM, TransformerLMConfig
     from qkv.training.loss import sequence_loss
 
     _join(rank, world, port)
     config = TransformerLMConfig(
         40, d_model=32, num_heads=4, num_kv_heads=2, num_layers=2, d_ff=64, max_len=32,
-        dropout=0.0, positions=positions,
+        dropout=0.0, positions=positions, window=window,
     )  # fmt: skip
     torch.manual_seed(0)
     lm = TransformerLM(config).double()
