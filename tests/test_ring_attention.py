@@ -175,3 +175,22 @@ def test_nccl_ring_equals_one_process(tmp_path):
     for key, value in errors.items():
         if not key.endswith("/zero_rows"):
             assert max(value) <= 10 * TOLERANCE[key.split("/")[1]], key
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_on_one_gpu_the_pieces_masks_and_biases_stay_on_the_device():
+    """World 1 on CUDA (no transport): the tiles, the mask and the ALiBi bias are built on
+    the query's device; the result equals the CPU reference."""
+    cpu = [torch.randn(2, 4, 24, 8, dtype=torch.float64) for _ in range(3)]
+    mask = FunctionMask(lambda b, h, i, j: (i // 7) == (j // 7))
+    score = alibi(alibi_slopes(4).cuda())
+    parts = [t.cuda().requires_grad_() for t in cpu]
+    got = ring_attention(*parts, causal=True, block_mask=mask, score_mod=score, block_size=5)
+    got.sum().backward()
+    full = [t.clone().requires_grad_() for t in cpu]
+    want = reference(*full, True, mask, alibi(alibi_slopes(4)))
+    want.sum().backward()
+    torch.testing.assert_close(got.cpu(), want, atol=1e-10, rtol=0)
+    for part, ref in zip(parts, full, strict=True):
+        torch.testing.assert_close(part.grad.cpu(), ref.grad, atol=1e-10, rtol=0)
