@@ -8,7 +8,10 @@ O(T)-memory kernel ring attention runs per slice) with ``P`` threads; P spawned 
 run ``ring_attention`` with one thread each, so both sides use the same cores.  Per rank:
 
 - peak tensor memory: the most bytes of tensor storage that the forward+backward's own ops
-  held at once, counted exactly by a dispatch mode (:class:`TensorMemory`);
+  held at once, counted exactly by a dispatch mode (:class:`~benchmarks.cp_memory.TensorMemory`;
+  the inputs are not counted); with ``--accounting`` the same count on the meta device
+  (:func:`~benchmarks.cp_memory.accounted`: every allocation, no arithmetic, seconds at
+  T = 32768), with what is live at the peak;
 - peak RSS: the resident high-water mark of a forward+backward minus the resident memory
   just before it, the inputs built (CPU PyTorch has no allocator statistics; a warm-up at
   T=1024 first starts the thread pools and the connections, the high-water mark is then
@@ -28,60 +31,14 @@ import multiprocessing
 import os
 import socket
 import time
-import weakref
 
 import torch
 import torch.distributed as dist
-from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from benchmarks.common import _peak_rss_mib, _rss_mib, machine, table
+from benchmarks.cp_memory import HEAD_DIM, HEADS, TensorMemory, accounted, describe
 from qkv.distributed import ring_attention, shard_sequence
 from qkv.functional.backends.chunked import chunked_attention
-
-HEADS, HEAD_DIM = 8, 64
-
-
-class TensorMemory(TorchDispatchMode):
-    """The bytes of tensor storage made by the ops run inside it that are still referenced,
-    and their peak: an exact count of what the attention itself allocates (the tensors that
-    existed before it are left out).  Storage is keyed by address and freed when the last
-    tensor seen on it dies."""
-
-    def __init__(self):
-        super().__init__()
-        self.live: dict[int, list[int]] = {}  # address -> [bytes, tensors on it]
-        self.now = self.peak = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        before = {id(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, Tensor)}
-        out = func(*args, **(kwargs or {}))
-        for tensor in tree_flatten(out)[0]:
-            if isinstance(tensor, Tensor) and id(tensor) not in before:
-                self._track(tensor)
-        return out
-
-    def _track(self, tensor: Tensor) -> None:
-        storage = tensor.untyped_storage()
-        address = storage.data_ptr()
-        if address == 0:
-            return
-        entry = self.live.get(address)
-        if entry is None:
-            entry = self.live[address] = [storage.nbytes(), 0]
-            self.now += entry[0]
-            self.peak = max(self.peak, self.now)
-        entry[1] += 1
-        weakref.finalize(tensor, self._release, address)
-
-    def _release(self, address: int) -> None:
-        entry = self.live.get(address)
-        if entry is not None:
-            entry[1] -= 1
-            if entry[1] == 0:
-                self.now -= entry[0]
-                del self.live[address]
 
 
 class SentBytes:
@@ -179,10 +136,16 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2, help="P, the ring's size")
     parser.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--repeats", type=int, default=0, help="more timed runs (median)")
+    parser.add_argument(
+        "--accounting", action="store_true", help="only count tensor memory (meta device)"
+    )
     args = parser.parse_args()
     world = args.processes
     print(machine())
     print(f"B=1 H={HEADS} Dh={HEAD_DIM} fp32 forward+backward, causal={args.causal}, P={world}")
+    if args.accounting:
+        print_accounting(args.lengths, world, args.causal)
+        return
     rows = []
     for length in args.lengths:
         single = measure(1, length, args.causal, world, args.repeats)[0]
@@ -204,7 +167,7 @@ def main() -> None:
                 f"{single[2]:.2f}",
                 f"{seconds:.2f}",
                 f"{seconds / single[2]:.2f}x",
-                f"{forward_bytes / 2**20:.0f} / {(world - 1) / world * kv_bytes / 2**20:.0f}",
+                f"{forward_bytes / 2**20:.0f} / {2 * (world - 1) / world * kv_bytes / 2**21:.0f}",
                 f"{backward_bytes / 2**20:.0f} / {(2 * world - 1) / world * kv_bytes / 2**20:.0f}",
             ]
         )
@@ -219,10 +182,26 @@ def main() -> None:
         f"1 proc x{world} thr s",
         f"P={world} s",
         "time ratio",
-        "fwd MiB sent / formula",
-        "bwd MiB sent / formula",
+        "fwd MiB sent / 2(P-1)/P |K|",
+        "bwd MiB sent / (P-1)/P |K,V| + |dK,dV|",
     ]
     print(table(headers, rows))
+
+
+def print_accounting(lengths: list[int], world: int, causal: bool) -> None:
+    """Peak tensor MiB per rank against one process, counted on the meta device, and what
+    each holds at its peak."""
+    rows, held = [], []
+    for length in lengths:
+        single = accounted(1, length, causal)[0]
+        ranks = accounted(world, length, causal)
+        peak = max(r[1] for r in ranks)
+        rows.append([length, f"{single[1]:.0f}", f"{peak:.0f}", f"{peak / single[1]:.2f}x"])
+        held.append(f"T={length}, 1 proc: {describe(single[2])}")
+        held += [f"T={length}, rank {r}: {describe(at)}" for r, _, at in ranks]
+    print(table(["T", "1 proc tensors MiB", "max rank tensors MiB", "ratio"], rows))
+    print("live at the peak (largest first):")
+    print("\n".join(held))
 
 
 if __name__ == "__main__":

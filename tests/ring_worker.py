@@ -20,16 +20,30 @@ import torch.distributed as dist
 
 from qkv.distributed import ring_attention, shard_sequence, unshard_sequence
 
-#: name -> (batch, heads, kv heads, length, head width, causal, block mask or None)
+#: name -> (batch, heads, kv heads, length, head width, causal, block mask or None,
+#: score_mod or None, block size: the pieces of queries and keys each kernel call gets)
 CASES = {
-    "plain": (2, 4, 4, 16, 8, False, None),
-    "causal": (2, 4, 4, 16, 8, True, None),
-    "gqa": (1, 4, 2, 16, 8, False, None),
-    "gqa_causal": (1, 6, 2, 16, 8, True, None),
-    "masked_rows": (2, 2, 2, 16, 8, False, "masked_rows"),
-    "masked_rows_causal": (1, 2, 1, 16, 8, True, "masked_rows"),
-    "document": (1, 2, 2, 16, 8, True, "document"),
+    "plain": (2, 4, 4, 16, 8, False, None, None, 1024),
+    "causal": (2, 4, 4, 16, 8, True, None, None, 1024),
+    "gqa": (1, 4, 2, 16, 8, False, None, None, 1024),
+    "gqa_causal": (1, 6, 2, 16, 8, True, None, None, 1024),
+    "masked_rows": (2, 2, 2, 16, 8, False, "masked_rows", None, 1024),
+    "masked_rows_causal": (1, 2, 1, 16, 8, True, "masked_rows", None, 1024),
+    "document": (1, 2, 2, 16, 8, True, "document", None, 1024),
+    "pieces_causal": (2, 4, 2, 20, 8, True, None, None, 3),
+    "alibi_causal": (1, 4, 2, 16, 8, True, None, "alibi", 3),
+    "alibi_document": (2, 2, 2, 16, 8, False, "document", "alibi", 4),
 }
+
+
+def score_mod(name: str | None, heads: int):
+    """ALiBi at global positions (its slopes for ``heads`` heads), or None."""
+    if name is None:
+        return None
+    from qkv.functional.patterns import alibi
+    from qkv.functional.positions import alibi_slopes
+
+    return alibi(alibi_slopes(heads))
 
 
 class FunctionMask:
@@ -47,12 +61,17 @@ def block_mask(name: str | None):
     return None
 
 
-def reference(q, k, v, causal, mask):
-    """softmax(q k^T / sqrt(Dh) + mask) v over the whole sequence, rows with no key -> 0."""
+def reference(q, k, v, causal, mask, score=None):
+    """softmax(score_mod(q k^T / sqrt(Dh)) + mask) v over the whole sequence, rows with no
+    key -> 0."""
     repeats = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(repeats, 1), v.repeat_interleave(repeats, 1)
     scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
     length = q.shape[2]
+    if score is not None:
+        idx = torch.arange(length)
+        b, h = torch.arange(q.shape[0]), torch.arange(q.shape[1])
+        scores = score(scores, b[:, None, None, None], h[:, None, None], idx[:, None], idx)
     keep = torch.ones(length, length, dtype=torch.bool)
     if causal:
         keep = keep.tril()
@@ -82,8 +101,10 @@ def compare_worker(
     errors = {}
     for dtype in (torch.float32, torch.float64):
         for name in cases:
-            batch, heads, kv_heads, length, width, causal, mask_name = CASES[name]
-            mask = block_mask(mask_name)
+            batch, heads, kv_heads, length, width, causal, mask_name, score_name, block = CASES[
+                name
+            ]
+            mask, score = block_mask(mask_name), score_mod(score_name, heads)
             generator = torch.Generator().manual_seed(list(CASES).index(name))
             q, k, v, grad = (
                 torch.randn(batch, h, length * world // 2, width, generator=generator, dtype=dtype)
@@ -92,12 +113,14 @@ def compare_worker(
             parts = [
                 shard_sequence(t.to(device), 2, causal=causal).requires_grad_() for t in (q, k, v)
             ]
-            output = ring_attention(*parts, causal=causal, block_mask=mask)
+            output = ring_attention(
+                *parts, causal=causal, block_mask=mask, score_mod=score, block_size=block
+            )
             output.backward(shard_sequence(grad.to(device), 2, causal=causal))
             gathered = [output.detach(), *(p.grad for p in parts)]
             gathered = [unshard_sequence(t, 2, causal=causal).cpu() for t in gathered]
             full = [t.clone().requires_grad_() for t in (q, k, v)]
-            expected = reference(*full, causal, mask)
+            expected = reference(*full, causal, mask, score)
             expected.backward(grad)
             wanted = [expected.detach(), *(t.grad for t in full)]
             errors[f"{name}/{dtype}"] = [
@@ -134,9 +157,12 @@ TEXT = "".join(
 )
 
 
-def lm_training(out_dir: str, text_path: str, context_parallel: int, steps: int, **setup):
+def lm_training(
+    out_dir: str, text_path: str, context_parallel: int, steps: int, accumulate: int = 1, **setup
+):
     """One small LM trained ``steps`` steps with windows of 24 tokens (padded to a multiple of
-    2P where they are shorter), no dropout, every step checkpointed."""
+    2P where they are shorter), no dropout, every step checkpointed; ``accumulate`` batches
+    per step."""
     from qkv.tasks.lm import LMSetup, train_lm
     from qkv.training import TrainConfig
 
@@ -150,6 +176,7 @@ def lm_training(out_dir: str, text_path: str, context_parallel: int, steps: int,
         device="cpu",
         label_smoothing=0.0,
         context_parallel=context_parallel,
+        accumulate=accumulate,
     )
     lm_setup = LMSetup(data=text_path, context=24, dropout=0.0, **setup)
     return train_lm(lm_setup, config, out_dir, resume=(Path(out_dir) / "last.json").exists())
@@ -186,17 +213,20 @@ def training_worker(
         os._exit(3)
 
 
-def lm_gradient_worker(rank: int, world: int, port: int, out: str, positions: str) -> None:
+def lm_gradient_worker(
+    rank: int, world: int, port: int, out: str, positions: str, window: int | None = None
+) -> None:
     """Summed token loss of a float64 LM over one window of 30 tokens (padded to a multiple
     of 2P): its gradients summed over the ranks, against one process; rank 0 writes the
-    largest difference per parameter (and the loss's, which sequence_loss sums in float32)."""
+    largest difference per parameter (and the loss's, which sequence_loss sums in float32).
+    ``window``: the LM's sliding window."""
     from qkv.models import TransformerLM, TransformerLMConfig
     from qkv.training.loss import sequence_loss
 
     _join(rank, world, port)
     config = TransformerLMConfig(
         40, d_model=32, num_heads=4, num_kv_heads=2, num_layers=2, d_ff=64, max_len=32,
-        dropout=0.0, positions=positions,
+        dropout=0.0, positions=positions, window=window,
     )  # fmt: skip
     torch.manual_seed(0)
     lm = TransformerLM(config).double()

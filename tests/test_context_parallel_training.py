@@ -61,20 +61,44 @@ def test_a_dead_rank_stops_training_with_one_line_and_resume_continues(tmp_path)
 
 
 def test_context_parallel_refuses_what_it_cannot_do():
-    lm = TransformerLM(TransformerLMConfig(20, positions="alibi", dropout=0.0))
-    with pytest.raises(InputError, match="alibi"):
-        lm.context_parallel()
     with pytest.raises(InputError, match="dropout 0"):
         TransformerLM(TransformerLMConfig(20, dropout=0.1)).context_parallel()
     with pytest.raises(TypeError, match="context_parallel"):
         TrainConfig(context_parallel=1.5)
 
 
+def test_two_data_parallel_groups_of_two_context_parallel_ranks_equal_one_process(tmp_path):
+    """World 4 = 2 data-parallel x 2 context-parallel: data rank d reads batches d, d+2, ..
+    of the list one process reads, so one step equals one process accumulating batches 0
+    and 1 (the step's objective is over every batch of every process)."""
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    torch.set_num_threads(1)
+    lm_training(str(tmp_path / "single"), str(text), 1, 1, accumulate=2, positions="rope")
+    out = tmp_path / "dp_cp"
+    assert run_processes(training_worker, 4, str(out), str(text), 2, 1, "rope") == [0] * 4
+    single = load_checkpoint(tmp_path / "single").model.state_dict()
+    both = load_checkpoint(out).model.state_dict()
+    torch.manual_seed(0)
+    initial = TransformerLM(load_checkpoint(tmp_path / "single").model.config).state_dict()
+    for name, value in single.items():
+        assert torch.allclose(both[name], value, atol=1e-4, rtol=0), name  # see above
+    assert any(not torch.equal(initial[n], single[n]) for n in single)
+    logs = [
+        [json.loads(line) for line in (tmp_path / run / "log.jsonl").read_text().splitlines()]
+        for run in ("single", "dp_cp")
+    ]
+    losses = [[r["loss"] for r in log if r["event"] == "train"] for log in logs]
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_the_sharded_lm_has_the_loss_and_gradients_of_the_whole_window(tmp_path, world):
-    for positions in ("learned", "sinusoidal", "rope"):
-        out = tmp_path / f"{positions}.json"
-        assert run_processes(lm_gradient_worker, world, str(out), positions) == [0] * world
+    cases = [("learned", None), ("sinusoidal", None), ("rope", None), ("alibi", None)]
+    for positions, window in [*cases, ("rope", 7)]:  # 7: a sliding window over the ring
+        out = tmp_path / f"{positions}-{window}.json"
+        codes = run_processes(lm_gradient_worker, world, str(out), positions, window)
+        assert codes == [0] * world
         errors = json.loads(out.read_text())
         assert errors.pop("loss (relative; float32)") <= 1e-6
-        assert max(errors.values()) <= 1e-10, (positions, errors)
+        assert max(errors.values()) <= 1e-10, (positions, window, errors)

@@ -61,7 +61,7 @@ def test_multihead_passes_block_mask_and_score_mod_through():
     x = torch.randn(2, 20, 32, dtype=torch.float64, requires_grad=True)
     block_mask = create_block_mask(P.sliding_window(6), None, None, 20, 20, BLOCK_SIZE=8)
     got, _ = layer(x, block_mask=block_mask, score_mod=P.softcap(2.0))
-    q, k, v = layer._project_self(x)
+    q, k, v = layer.project_self(x)
     scores = torch.tanh(q @ k.repeat_interleave(2, 1).transpose(-2, -1) / 8**0.5 / 2.0) * 2.0
     weights = torch.softmax(scores.masked_fill(~_window_dense(20, 6), float("-inf")), -1)
     want = layer.out_proj(qkv.merge_heads(weights @ v.repeat_interleave(2, 1)))

@@ -21,6 +21,8 @@ from qkv.distributed import (
 )
 from qkv.distributed.layout import SequenceLayout
 from qkv.errors import InputError
+from qkv.functional.patterns import alibi, relative_bias, softcap
+from qkv.functional.positions import alibi_slopes
 from tests.ring_worker import CASES, FunctionMask, compare_worker, dying_worker, reference
 
 TOLERANCE = {"torch.float32": 1e-5, "torch.float64": 1e-10}
@@ -51,7 +53,20 @@ def run_processes(target, world: int, *args, timeout: float = 240) -> list[int]:
 
 @pytest.mark.parametrize(
     ("world", "cases"),
-    [(2, list(CASES)), (4, ["plain", "causal", "gqa_causal", "masked_rows_causal"])],
+    [
+        (2, list(CASES)),
+        (
+            4,
+            [
+                "plain",
+                "causal",
+                "gqa_causal",
+                "masked_rows_causal",
+                "pieces_causal",
+                "alibi_causal",
+            ],
+        ),
+    ],
 )
 def test_ring_attention_equals_one_process(tmp_path, world, cases):
     out = tmp_path / "errors.json"
@@ -95,10 +110,39 @@ def test_gradcheck_float64_with_a_block_mask():
     )
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradcheck_float64_in_pieces_with_alibi_and_a_block_mask(causal):
+    q, k, v = (torch.randn(2, 2, 8, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = FunctionMask(lambda b, h, i, j: (i // 5) == (j // 5))
+    score = alibi(alibi_slopes(2))
+    assert torch.autograd.gradcheck(
+        lambda *t: ring_attention(
+            *t, causal=causal, block_mask=mask, score_mod=score, block_size=3
+        ),
+        (q, k, v),
+    )
+    got = ring_attention(q, k, v, causal=causal, block_mask=mask, score_mod=score, block_size=3)
+    torch.testing.assert_close(got, reference(q, k, v, causal, mask, score), atol=1e-12, rtol=0)
+
+
+def test_a_score_mod_must_be_a_bias_that_needs_no_gradient():
+    q = torch.randn(1, 2, 6, 4)
+    with pytest.raises(InputError, match="not depending on the score"):
+        ring_attention(q, q, q, score_mod=softcap(2.0))
+    table = torch.zeros(2, 7, requires_grad=True)
+    with pytest.raises(InputError, match="no gradient"):
+        ring_attention(q, q, q, score_mod=relative_bias(table))
+    fixed = relative_bias(torch.randn(2, 7))  # a fixed table is a bias: supported
+    want = reference(q, q, q, True, None, fixed)
+    torch.testing.assert_close(ring_attention(q, q, q, causal=True, score_mod=fixed), want)
+
+
 def test_bad_input_is_named():
     q = torch.randn(1, 2, 6, 4)
-    with pytest.raises(InputError, match="score_mod"):
-        ring_attention(q, q, q, score_mod=lambda score, b, h, i, j: score)
+    with pytest.raises(InputError, match="score_mod must be a function"):
+        ring_attention(q, q, q, score_mod="alibi")
+    with pytest.raises(InputError, match="block_size"):
+        ring_attention(q, q, q, block_size=0)
     with pytest.raises(InputError, match="mask_mod"):
         ring_attention(q, q, q, block_mask=torch.ones(6, 6, dtype=torch.bool))
     with pytest.raises(InputError, match="same part"):
@@ -131,3 +175,22 @@ def test_nccl_ring_equals_one_process(tmp_path):
     for key, value in errors.items():
         if not key.endswith("/zero_rows"):
             assert max(value) <= 10 * TOLERANCE[key.split("/")[1]], key
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_on_one_gpu_the_pieces_masks_and_biases_stay_on_the_device():
+    """World 1 on CUDA (no transport): the tiles, the mask and the ALiBi bias are built on
+    the query's device; the result equals the CPU reference."""
+    cpu = [torch.randn(2, 4, 24, 8, dtype=torch.float64) for _ in range(3)]
+    mask = FunctionMask(lambda b, h, i, j: (i // 7) == (j // 7))
+    score = alibi(alibi_slopes(4).cuda())
+    parts = [t.cuda().requires_grad_() for t in cpu]
+    got = ring_attention(*parts, causal=True, block_mask=mask, score_mod=score, block_size=5)
+    got.sum().backward()
+    full = [t.clone().requires_grad_() for t in cpu]
+    want = reference(*full, True, mask, alibi(alibi_slopes(4)))
+    want.sum().backward()
+    torch.testing.assert_close(got.cpu(), want, atol=1e-10, rtol=0)
+    for part, ref in zip(parts, full, strict=True):
+        torch.testing.assert_close(part.grad.cpu(), ref.grad, atol=1e-10, rtol=0)

@@ -12,8 +12,11 @@ The backward recomputes per slice from the final (o, lse), as the chunked kernel
 tile: dQ stays home, the slice's dK, dV travel around the ring behind its keys and arrive
 back at their owner after P steps.  No rank holds a (T, T) tensor or the whole K/V.
 
-Work is cut at chunk granularity: a (query chunk, key chunk) pair is computed in full, on
-its causal diagonal, under the block mask's tile, or skipped when nothing in it may attend.
+Work is cut into pieces of one kernel block (:mod:`.ring_schedule`): a (query piece, key
+piece) pair is computed in full, on its causal diagonal, under the block mask's and the
+score bias's tile, or skipped when nothing in it may attend.  A rank holds its slices,
+their output and gradients, the slices in transit, and O(block) per call -- never a
+chunk-sized copy, a (T, T) tensor or the whole K/V.
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ from qkv.functional.backends.chunked import DEFAULT_BLOCK_SIZE
 from qkv.functional.backends.chunked_kernel import compute_dtype, tile_backward, tile_forward
 from qkv.functional.checks import check_tensors
 from qkv.functional.heads import repeat_kv
+from qkv.functional.mask_mods import ModEvaluator
 
 from .layout import local_layout
-from .ring_schedule import _pairs, _Ring
+from .ring_schedule import _pairs, _Ring, check_score_bias
 
 __all__ = ["ring_attention", "RingPeerError"]
 
@@ -53,6 +57,7 @@ def ring_attention(
     score_mod: Any = None,
     scale: float | None = None,
     group: dist.ProcessGroup | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> Tensor:
     """This rank's rows of softmax(scale q k^T + mask) v over the whole sequence, whose
     queries, keys and values lie in slices on the ranks of ``group`` (default: the world).
@@ -70,17 +75,18 @@ def ring_attention(
             may attend), as FlexAttention's ``BlockMask`` has; it is called with broadcast
             index tensors of *global* positions, (B,1,1,1), (1,H,1,1), (1,1,Tq,1), (1,1,1,Tk),
             for each pair of chunks, and pairs it blocks entirely are skipped.
-        score_mod: not supported yet (raises InputError).
+        score_mod: FlexAttention's ``score_mod(score, b, h, q_idx, kv_idx)`` at *global*
+            positions, restricted to one that adds a bias not depending on the score,
+            ``score + bias(b, h, q_idx, kv_idx)`` (ALiBi, a fixed relative bias): it is
+            evaluated at score 0 on each tile and added.  One that changes the score itself
+            (softcap) or needs a gradient (a learned table) raises InputError.
         scale: the factor on q . k; default 1 / sqrt(Dh).
+        block_size: the kernel's tile, and the pieces of queries and keys each call gets
+            (what a call copies and a mask or bias tile holds is one block's size).
 
     A query that may attend no key gets output 0 and zero gradients.  Every rank of the
     group must call this with the same shapes and options.
     """
-    if score_mod is not None:
-        raise InputError(
-            "ring_attention does not support score_mod yet; give the scores' changes as a "
-            "block_mask (boolean) or run attention on one process"
-        )
     if block_mask is not None and not callable(getattr(block_mask, "mask_mod", None)):
         raise InputError(
             f"block_mask must have a mask_mod(batch, head, q_idx, kv_idx) method "
@@ -92,6 +98,10 @@ def ring_attention(
             f"ring_attention is self-attention over one sequence: the query slice has "
             f"{query.shape[2]} positions, the key slice {key.shape[2]}; give both the same part"
         )
+    if score_mod is not None and not callable(score_mod):
+        raise InputError(f"score_mod must be a function, got {type(score_mod).__name__}")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise InputError(f"block_size={block_size!r} must be a positive number of tokens")
     layout = local_layout(query.shape[2], causal=bool(causal), group=group)
     rank, world = layout.rank, layout.world_size
     peers = (0, 0)  # global ranks of the next and the previous rank in the ring
@@ -103,12 +113,15 @@ def ring_attention(
         group,
         *peers,
         bool(causal),
-        None if block_mask is None else block_mask.mask_mod,
+        None if block_mask is None else ModEvaluator(block_mask.mask_mod, "mask_mod"),
+        None if score_mod is None else check_score_bias(score_mod, query),
         1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale),
-        DEFAULT_BLOCK_SIZE,
+        block_size,
     )
     dtype = compute_dtype(query.dtype)
-    output = _RingAttention.apply(query.to(dtype), key.to(dtype), value.to(dtype), ring)
+    # contiguous: the slices travel as they are (point-to-point ops send contiguous memory)
+    key, value = (t.to(dtype).contiguous() for t in (key, value))
+    output = _RingAttention.apply(query.to(dtype), key, value, ring)
     return output.to(query.dtype)
 
 
@@ -135,22 +148,27 @@ class _RingAttention(torch.autograd.Function):
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, ring: _Ring) -> tuple[Tensor, Tensor]:
     """Shapes: q (B, H, t, Dh), k (B, Hkv, t, Dh), v (B, Hkv, t, Dv) -> output (B, H, t, Dv),
-    lse (B, H, t), t = T / P."""
-    world, dk = ring.layout.world_size, k.shape[-1]
+    lse (B, H, t), t = T / P.  Held besides the inputs: the output, and the key/value slices
+    being received (and, from the second step on, the ones being computed and sent)."""
+    world = ring.layout.world_size
     output = q.new_zeros(*q.shape[:3], v.shape[-1])
     lse = q.new_full(q.shape[:3], float("-inf"))
-    kv = torch.cat([k, v], -1)  # one message per step: (B, Hkv, t, Dh + Dv)
     for step in range(world):
-        pending = _Transfer(ring, step, [kv] if step < world - 1 else [])
+        pending = _Transfer(ring, step, [k, v] if step < world - 1 else [])
         for rows, cols, mask, diagonal in _pairs(ring, step, q):
-            keys, values = _heads(kv[:, :, cols, :dk], q), _heads(kv[:, :, cols, dk:], q)
             part, part_lse = tile_forward(
-                q[:, :, rows], keys, values, mask, diagonal, ring.scale, ring.block_size
+                q[:, :, rows],
+                _heads(k[:, :, cols], q),
+                _heads(v[:, :, cols], q),
+                mask,
+                diagonal,
+                ring.scale,
+                ring.block_size,
             )
             _merge(output[:, :, rows], lse[:, :, rows], part, part_lse)
         received = pending.wait()
         if received:
-            kv = received[0]
+            k, v = received
     return output, lse
 
 
@@ -160,20 +178,18 @@ def _backward(
     """dQ accumulates at home; the gradient of the keys held at step s, summed by the ranks
     they visited so far, arrives from the previous rank while step s is computed, and leaves
     for the next one during step s+1; after the last step it reaches its owner."""
-    world, dk = ring.layout.world_size, k.shape[-1]
+    world = ring.layout.world_size
     grad_q = torch.zeros_like(q)
-    kv = torch.cat([k, v], -1)
-    grad_kv = None  # the gradient of the previous step's keys, summed over their visits
+    grads: list[Tensor] = []  # dK, dV of the previous step's keys, summed over their visits
     for step in range(world):
-        outgoing = [kv] if step < world - 1 else []
-        pending = _Transfer(ring, step, outgoing, [] if grad_kv is None else [grad_kv])
-        local = torch.zeros_like(kv)
+        outgoing = [k, v] if step < world - 1 else []
+        pending = _Transfer(ring, step, outgoing + grads)
+        local = [torch.zeros_like(k), torch.zeros_like(v)]
         for rows, cols, mask, diagonal in _pairs(ring, step, q):
-            keys, values = _heads(kv[:, :, cols, :dk], q), _heads(kv[:, :, cols, dk:], q)
             part_q, part_k, part_v = tile_backward(
                 q[:, :, rows],
-                keys,
-                values,
+                _heads(k[:, :, cols], q),
+                _heads(v[:, :, cols], q),
                 output[:, :, rows],
                 lse[:, :, rows],
                 grad_output[:, :, rows],
@@ -183,15 +199,17 @@ def _backward(
                 ring.block_size,
             )
             grad_q[:, :, rows] += part_q
-            local[:, :, cols, :dk] += _sum_heads(part_k, kv.shape[1])
-            local[:, :, cols, dk:] += _sum_heads(part_v, kv.shape[1])
+            local[0][:, :, cols] += _sum_heads(part_k, k.shape[1])
+            local[1][:, :, cols] += _sum_heads(part_v, v.shape[1])
         received = pending.wait()
         if outgoing:
-            kv = received.pop(0)
-        grad_kv = received[0].add_(local) if received else local  # in place: no third buffer
+            k, v, *received = received
+        # in place into the received buffers: no third pair of buffers
+        grads = [r.add_(m) for r, m in zip(received, local, strict=True)] if received else local
+    del k, v, local  # the last keys held are no longer needed: free them before the trip home
     if world > 1:
-        grad_kv = _Transfer(ring, world, [], [grad_kv]).wait()[0]  # home: this rank's keys
-    return grad_q, grad_kv[..., :dk], grad_kv[..., dk:]
+        grads = _Transfer(ring, world, grads).wait()  # home: this rank's keys
+    return grad_q, grads[0], grads[1]
 
 
 def _merge(output: Tensor, lse: Tensor, part: Tensor, part_lse: Tensor) -> None:
@@ -222,18 +240,18 @@ def _sum_heads(grad: Tensor, kv_heads: int) -> Tensor:
 class _Transfer:
     """Send ``tensors`` to the next rank and receive as many, shaped alike, from the
     previous one, started now (``batch_isend_irecv``) and awaited by :meth:`wait`.  Each
-    list is a message slot with its own tag, so keys and gradients never cross."""
+    tensor has its own tag (its place in the list), so keys, values and gradients never
+    cross."""
 
-    def __init__(self, ring: _Ring, step: int, *slots: list[Tensor]):
+    def __init__(self, ring: _Ring, step: int, tensors: list[Tensor]):
         self.ring, self.step = ring, step
-        self.received: list[Tensor] = []
+        self.received = [
+            torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors
+        ]
         ops = []
-        for tag, slot in enumerate(slots):
-            for tensor in slot:
-                buffer = torch.empty_like(tensor)
-                ops.append(dist.P2POp(dist.isend, tensor, ring.next_peer, ring.group, tag))
-                ops.append(dist.P2POp(dist.irecv, buffer, ring.prev_peer, ring.group, tag))
-                self.received.append(buffer)
+        for tag, (tensor, buffer) in enumerate(zip(tensors, self.received, strict=True)):
+            ops.append(dist.P2POp(dist.isend, tensor, ring.next_peer, ring.group, tag))
+            ops.append(dist.P2POp(dist.irecv, buffer, ring.prev_peer, ring.group, tag))
         self.works = self._guard(lambda: dist.batch_isend_irecv(ops)) if ops else []
 
     def wait(self) -> list[Tensor]:

@@ -1,6 +1,12 @@
-"""The schedule of :mod:`.ring`: what its passes share (:class:`_Ring`), and which pairs
-of a rank's query chunks and the key chunks it holds at a ring step meet -- in full, on
-their causal diagonal, under the block mask's tile, or not at all."""
+"""The schedule of :mod:`.ring`: what its passes share (:class:`_Ring`), and which pieces of
+a rank's query chunks and of the key chunks it holds at a ring step meet -- in full, on
+their causal diagonal, under the block mask's and the score bias's tile, or not at all.
+
+Work is cut into pieces of at most one kernel block (``block_size`` tokens) of queries and
+of keys: every tensor made per call (the kernel's copies of its inputs, a mask or bias
+tile) is then one block's size, whatever the chunk length, so a rank's memory is its
+slices plus O(block) -- and pieces that a mask blocks entirely are skipped.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import torch
 from torch import Tensor
 
 from qkv.errors import InputError
+from qkv.functional.mask_mods import ModEvaluator, index_range
 
 from .layout import SequenceLayout
 
@@ -22,46 +29,93 @@ class _Ring(NamedTuple):
     next_peer: int  # global ranks, as the point-to-point ops want them
     prev_peer: int
     causal: bool
-    mask_mod: Any
+    mask_mod: ModEvaluator | None
+    score_bias: ModEvaluator | None  # an additive score_mod, evaluated at score 0
     scale: float
     block_size: int
 
 
 def _pairs(ring: _Ring, step: int, query: Tensor):
-    """(query rows, key cols, mask or None, causal diagonal) for each pair of a local query
-    chunk and a chunk of the keys held at ``step`` (those of rank r - step) that has any
-    allowed score; pairs entirely masked are skipped."""
+    """(query rows, key cols, mask or None, causal diagonal) for each piece of a local query
+    chunk and of a chunk of the keys held at ``step`` (those of rank r - step) that has any
+    allowed score; ``mask`` is None, boolean (True = may attend) or a float score bias."""
     layout = ring.layout
     source = (layout.rank - step) % layout.world_size
-    size = layout.chunk_len
+    size, piece = layout.chunk_len, ring.block_size
     for qi, q_chunk in enumerate(layout.chunks):
-        rows = slice(qi * size, (qi + 1) * size)
         for ki, k_chunk in enumerate(layout.chunks_of(source)):
             if ring.causal and k_chunk > q_chunk:
                 continue  # entirely in the future
-            cols = slice(ki * size, (ki + 1) * size)
-            diagonal = ring.causal and k_chunk == q_chunk
-            mask = None
-            if ring.mask_mod is not None:
-                mask = _mask_tile(ring.mask_mod, query, q_chunk * size, k_chunk * size, size)
-                if diagonal:
-                    mask = (
-                        mask & torch.ones(size, size, dtype=torch.bool, device=mask.device).tril()
-                    )
-                    diagonal = False
-                if not bool(mask.any()):
-                    continue
-            yield rows, cols, mask, diagonal
+            same_chunk = ring.causal and k_chunk == q_chunk
+            for q0 in range(0, size, piece):
+                for k0 in range(0, size, piece):
+                    if same_chunk and k0 > q0:
+                        continue  # this piece of the chunk is in the future
+                    diagonal = same_chunk and k0 == q0  # square: same cut of the same chunk
+                    rows = slice(qi * size + q0, qi * size + min(q0 + piece, size))
+                    cols = slice(ki * size + k0, ki * size + min(k0 + piece, size))
+                    starts = (q_chunk * size + q0, k_chunk * size + k0)
+                    mask = _tile_mask(ring, query, starts, rows, cols, diagonal)
+                    if mask is not False:
+                        yield rows, cols, mask, diagonal
 
 
-def _mask_tile(mask_mod, query: Tensor, q_start: int, k_start: int, size: int) -> Tensor:
-    """The block mask of one pair of chunks: (B or 1, H or 1, size, size) bool."""
+def _tile_mask(ring: _Ring, query: Tensor, starts, rows: slice, cols: slice, diagonal: bool):
+    """The block mask and score bias of one piece at global positions ``starts``: None (no
+    mask), a bool tile, a float bias tile (-inf where blocked), or False when it blocks
+    every score of the piece."""
+    if ring.mask_mod is None and ring.score_bias is None:
+        return None
     (batch, heads), device = query.shape[:2], query.device
-    b = torch.arange(batch, device=device)[:, None, None, None]
-    h = torch.arange(heads, device=device)[None, :, None, None]
-    q_idx = torch.arange(q_start, q_start + size, device=device)[None, None, :, None]
-    kv_idx = torch.arange(k_start, k_start + size, device=device)[None, None, None, :]
-    tile = torch.as_tensor(mask_mod(b, h, q_idx, kv_idx))
-    if tile.dtype != torch.bool:
-        raise InputError(f"block_mask.mask_mod must return booleans, got {tile.dtype}")
-    return torch.broadcast_to(tile, torch.broadcast_shapes(tile.shape, (1, 1, size, size)))
+    q_len, k_len = rows.stop - rows.start, cols.stop - cols.start
+    shape = (batch, heads, q_len, k_len)
+    index = (
+        index_range(0, batch, device).view(-1, 1, 1, 1),
+        index_range(0, heads, device).view(1, -1, 1, 1),
+        index_range(starts[0], starts[0] + q_len, device).view(1, 1, -1, 1),
+        index_range(starts[1], starts[1] + k_len, device).view(1, 1, 1, -1),
+    )
+    allowed = None
+    if ring.mask_mod is not None:
+        allowed = ring.mask_mod((), index, shape)
+        seen = allowed & torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()
+        if not bool((seen if diagonal else allowed).any()):
+            return False
+    if ring.score_bias is None:
+        return allowed
+    with torch.no_grad():  # checked up front: the bias needs no gradient
+        zeros = query.new_zeros(()).expand(shape)
+        bias = ring.score_bias((zeros,), index, shape).to(query.dtype)
+    return bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
+
+
+def check_score_bias(score_mod, query: Tensor) -> ModEvaluator:
+    """``score_mod`` as ring attention applies it: a score bias per tile, which is exact only
+    for a score_mod that adds a term not depending on the score and needing no gradient
+    (ALiBi, a fixed relative bias).  Probed on a small tile; InputError otherwise."""
+    evaluator = ModEvaluator(score_mod, "score_mod")
+    device, heads = query.device, query.shape[1]
+    index = (
+        index_range(0, 1, device).view(1, 1, 1, 1),
+        index_range(0, heads, device).view(1, -1, 1, 1),
+        index_range(0, 4, device).view(1, 1, -1, 1),
+        index_range(0, 4, device).view(1, 1, 1, -1),
+    )
+    shape = (1, heads, 4, 4)
+    bias = evaluator((query.new_zeros(shape),), index, shape)
+    if bias.requires_grad:
+        raise InputError(
+            "score_mod's result requires grad (it uses a learned tensor); ring_attention "
+            "applies score_mod as a fixed bias and gives such tensors no gradient: detach "
+            "them, or run attention with a learned bias on one process"
+        )
+    for value in (1.0, -3.5):
+        shifted = evaluator((query.new_full(shape, value),), index, shape) - value
+        if not torch.allclose(shifted, bias, rtol=1e-5, atol=1e-5, equal_nan=True):
+            raise InputError(
+                "ring_attention supports only a score_mod that adds a bias not depending on "
+                "the score, score_mod(s, b, h, i, j) = s + bias(b, h, i, j) (ALiBi, a fixed "
+                "relative bias); this one changes the score itself (e.g. softcap): run it "
+                "with flex_attention on one process"
+            )
+    return evaluator

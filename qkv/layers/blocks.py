@@ -194,9 +194,24 @@ class EncoderBlock(_ResidualBlock):
                 block_mask=block_mask,
             )
 
+        x, weights = self._sublayers(x, attend)
+        return EncoderBlockOutput(x, weights)
+
+    def forward_with_attention(
+        self, x: Tensor, self_attention: Callable[[Tensor], Tensor]
+    ) -> Tensor:
+        """The block with its self-attention computed by ``self_attention(h)`` -- h the
+        sublayer's input (B, S, D), normalised first under ``norm_first`` -> (B, S, D) -- and
+        the residual wrapping and the feed-forward exactly as :meth:`forward` runs them: the
+        seam for attention computed elsewhere (ring attention over processes).
+        Shapes: x (B, S, D) -> hidden (B, S, D)."""
+        x, _ = self._sublayers(x, lambda h: (self_attention(h), None))
+        return x
+
+    def _sublayers(self, x: Tensor, attend: Sublayer) -> tuple[Tensor, Tensor | None]:
         x, weights = self._residual(x, attend, self.self_attention_norm)
         x, _ = self._residual(x, self._feed_forward_sublayer, self.feed_forward_norm)
-        return EncoderBlockOutput(x, weights)
+        return x, weights
 
 
 class DecoderBlock(_ResidualBlock):

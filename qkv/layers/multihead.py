@@ -138,7 +138,7 @@ class MultiHeadAttention(MultiHeadInputChecks, nn.Module):
             k, v = cache.key, cache.value  # (B, Hkv, S, Dh)
         else:
             if key is None:  # self-attention: Q, K, V from one input in one matmul
-                q, k, v = self._project_self(query)
+                q, k, v = self.project_self(query)
             else:
                 q = self._project_query(query)  # (B, H, Tq, Dh)
                 k, v = self._project_kv(key, key if value is None else value)  # (B, Hkv, Tk, Dh)
@@ -218,9 +218,11 @@ class MultiHeadAttention(MultiHeadInputChecks, nn.Module):
         self._check_widths(key, value)
         return StaticKV(*self._project_kv(key, value))
 
-    def _project_self(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """W_Q x, W_K x, W_V x in one matmul over the stacked weights.  Shapes: x (B, T, D)
-        -> q (B, H, T, Dh), k and v (B, Hkv, T, Dh)."""
+    def project_self(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention's W_Q x, W_K x, W_V x (in one matmul over the stacked weights),
+        before positions act: the seam for attention computed elsewhere, whose output then
+        goes through ``out_proj(merge_heads(output))``.  Shapes: x (B, T, D) -> q (B, H, T,
+        Dh), k and v (B, Hkv, T, Dh)."""
         if not self.packed:
             return self._project_query(x), *self._project_kv(x, x)
         q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).split(self.widths, dim=-1)

@@ -203,19 +203,16 @@ class TransformerLM(nn.Module):
         config = self.config
         caches = None if state is None else state.caches
         offset = 0 if state is None else state.offset
-        self._check_length(offset + ids.shape[1])
-        x = self.token_embedding(ids)  # (B, T, D)
-        if self.embedding_scale != 1.0:
-            x = x * self.embedding_scale
+        self.check_length(offset + ids.shape[1])
         documents = None
         if config.document_start is not None:  # packed documents: positions restart at each
             origin = ids.new_zeros(ids.shape[0]) if state is None else state.document
             documents = find_documents(ids, config.document_start, offset=offset, origin=origin)
-            x = self.positions(x, positions=documents.positions)  # (B, T, D), dropout included
+            x = self.embed(ids, positions=documents.positions)  # (B, T, D)
             if state is not None:
                 state.document = documents.starts[:, -1]
         else:
-            x = self.positions(x, offset=offset)  # (B, T, D), dropout included
+            x = self.embed(ids, offset=offset)  # (B, T, D)
         # One new position (a decoding step) is the last one: it may attend to every key, so
         # no causal mask is needed (and none is built).
         causal = ids.shape[1] > 1
@@ -249,7 +246,21 @@ class TransformerLM(nn.Module):
             x = self.final_norm(x)
         return x, weights
 
-    def _check_length(self, length: int) -> None:
+    def embed(
+        self, ids: Tensor, *, offset: int = 0, positions: Tensor | None = None
+    ) -> Tensor:
+        """The blocks' input: token embeddings (scaled) plus the input positions of
+        ``offset``.. (or ``positions`` (B, T): packed documents restart them), dropout
+        included.  Shapes: ids (B, T) -> (B, T, D)."""
+        x = self.token_embedding(ids)  # (B, T, D)
+        if self.embedding_scale != 1.0:
+            x = x * self.embedding_scale
+        if positions is not None:
+            return self.positions(x, positions=positions)  # (B, T, D)
+        return self.positions(x, offset=offset)  # (B, T, D)
+
+    def check_length(self, length: int) -> None:
+        """InputError if a sequence of ``length`` tokens needs positions the model lacks."""
         if self.max_positions is not None and length > self.max_positions:
             raise InputError(
                 f"a sequence of {length} tokens needs positions up to {length - 1}, but this "

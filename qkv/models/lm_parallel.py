@@ -8,13 +8,17 @@ self-attention replaced by :func:`qkv.distributed.ring_attention`, and returns t
 its own tokens.  Summed over the ranks, the losses and the gradients of the shared weights
 are those of the whole window on one process.
 
-Supported: positions learned, sinusoidal, rope; no attention dropout (ring attention has
-none), so ``dropout=0``.  ALiBi would need a per-pair score bias inside the ring: refused.
+Supported: positions learned, sinusoidal, rope (each run at its global offset) and alibi
+(its bias as ring attention's ``score_mod``, at global positions); a sliding ``window`` (a
+block mask at global positions: ring steps outside the window are skipped).  Not supported:
+dropout -- ring attention drops no attention weights, so a model with ``dropout > 0`` would
+train without the attention dropout it has on one process; ``dropout=0`` is required; and
+packed documents (``document_start``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -25,13 +29,15 @@ from qkv.distributed.layout import group_rank_and_size
 from qkv.distributed.ring import ring_attention
 from qkv.errors import InputError
 from qkv.functional.heads import merge_heads
+from qkv.functional.patterns import sliding_window
 
 from .lm import LMOutput, TransformerLM
 
 __all__ = ["ContextParallelLM"]
 
-#: Position schemes whose every use takes a start offset, so a rank can place its runs.
-SUPPORTED_POSITIONS = ("learned", "sinusoidal", "rope")
+#: Position schemes whose every use takes a global start (or global indices), so a rank can
+#: place its runs.
+SUPPORTED_POSITIONS = ("learned", "sinusoidal", "rope", "alibi")
 
 
 class ContextParallelLM(nn.Module):
@@ -47,18 +53,18 @@ class ContextParallelLM(nn.Module):
         if config.positions not in SUPPORTED_POSITIONS:
             raise InputError(
                 f"context parallelism supports positions {SUPPORTED_POSITIONS}, not "
-                f"{config.positions!r} (ALiBi's bias would have to be built per ring step)"
+                f"{config.positions!r}"
             )
         if config.dropout > 0:
             raise InputError(
-                f"context parallelism needs dropout 0 (ring attention has no attention "
-                f"dropout), got dropout={config.dropout}; pass --dropout 0"
+                f"context parallelism needs dropout 0 (ring attention drops no attention "
+                f"weights, so the model would differ from one process's), got "
+                f"dropout={config.dropout}; pass --dropout 0"
             )
-        if config.window is not None or config.document_start is not None:
+        if config.document_start is not None:
             raise InputError(
-                "context parallelism runs full causal attention; a sliding window (--window) "
-                "or packed documents (--pack) would be ignored: drop them, or train on one "
-                "process"
+                "context parallelism does not follow packed documents (--pack): their mask "
+                "and restarting positions would be ignored; drop --pack, or train on one process"
             )
         self.lm, self.group = lm, group
         self.world_size = group_rank_and_size(group)[1]
@@ -76,40 +82,42 @@ class ContextParallelLM(nn.Module):
             raise InputError("context parallelism trains windows without a prefix (source (B, 0))")
         lm = self.lm
         length = target_input.shape[1] + (-target_input.shape[1] % (2 * self.world_size))
-        lm._check_length(length)
+        lm.check_length(length)  # on every rank alike, before any of them enters the ring
         runs = sequence_layout(length, causal=True, group=self.group).runs()
-        x = lm.token_embedding(self.shard(target_input))  # (B, T'/P, D)
-        if lm.embedding_scale != 1.0:
-            x = x * lm.embedding_scale
-        x = torch.cat([lm.positions(part, offset=start) for part, start in _split(x, 1, runs)], 1)
+        local = self.shard(target_input)  # (B, T'/P)
+        x = torch.cat([lm.embed(part, offset=start) for part, start in _split(local, 1, runs)], 1)
         for block in lm.blocks:
-            x = self._block(block, x, runs)
+            x = block.forward_with_attention(
+                x, lambda h, attention=block.self_attention: self._attend(attention, h, runs)
+            )
         if lm.final_norm is not None:
             x = lm.final_norm(x)
         return LMOutput(lm.output(x))  # (B, T'/P, V)
 
-    def _block(self, block: nn.Module, x: Tensor, runs: list[tuple[int, int]]) -> Tensor:
-        """One EncoderBlock, its self-attention over the ring (as ``block(x, causal=True)``)."""
-
-        def attend(h: Tensor) -> tuple[Tensor, None]:
-            return self._self_attention(block.self_attention, h, runs), None
-
-        x, _ = block._residual(x, attend, block.self_attention_norm)
-        x, _ = block._residual(x, block._feed_forward_sublayer, block.feed_forward_norm)
-        return x
-
-    def _self_attention(self, attention: nn.Module, h: Tensor, runs) -> Tensor:
-        """Shapes: h (B, T/P, D) -> (B, T/P, D)."""
-        q, k, v = attention._project_self(h)  # (B, H, t, Dh), (B, Hkv, t, Dh) x 2
-        if attention.positions is not None:  # RoPE: each run rotated at its global start
+    def _attend(self, attention: nn.Module, h: Tensor, runs: list[tuple[int, int]]) -> Tensor:
+        """Causal self-attention over the whole window, this rank's rows (ring attention).
+        Shapes: h (B, T/P, D) -> (B, T/P, D)."""
+        q, k, v = attention.project_self(h)  # (B, H, t, Dh), (B, Hkv, t, Dh) x 2
+        positions, score_mod = attention.positions, None
+        if positions is not None:  # RoPE: each run rotated at its global start
             q, k = (
-                torch.cat(
-                    [attention.positions.rotate(p, start=s) for p, s in _split(t, 2, runs)], 2
-                )
+                torch.cat([positions.rotate(p, start=s) for p, s in _split(t, 2, runs)], 2)
                 for t in (q, k)
             )
-        output = ring_attention(q, k, v, causal=True, group=self.group)  # (B, H, t, Dh)
+            if hasattr(positions, "score_mod"):  # ALiBi: the bias at global positions
+                score_mod = positions.score_mod(query_start=0)
+        window = self.lm.config.window
+        block_mask = None if window is None else _GlobalMask(sliding_window(window))
+        output = ring_attention(
+            q, k, v, causal=True, block_mask=block_mask, score_mod=score_mod, group=self.group
+        )  # (B, H, t, Dh)
         return attention.out_proj(merge_heads(output))
+
+
+class _GlobalMask(NamedTuple):
+    """A block mask as ring attention takes it: a mask_mod over global positions."""
+
+    mask_mod: Any
 
 
 def _split(tensor: Tensor, dim: int, runs: list[tuple[int, int]]) -> list[tuple[Tensor, int]]:
