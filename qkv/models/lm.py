@@ -246,9 +246,7 @@ class TransformerLM(nn.Module):
             x = self.final_norm(x)
         return x, weights
 
-    def embed(
-        self, ids: Tensor, *, offset: int = 0, positions: Tensor | None = None
-    ) -> Tensor:
+    def embed(self, ids: Tensor, *, offset: int = 0, positions: Tensor | None = None) -> Tensor:
         """The blocks' input: token embeddings (scaled) plus the input positions of
         ``offset``.. (or ``positions`` (B, T): packed documents restart them), dropout
         included.  Shapes: ids (B, T) -> (B, T, D)."""
