@@ -34,17 +34,27 @@ def sgd() -> torch.optim.Optimizer:
 def test_a_cosine_without_length_holds_its_peak_then_follows_the_length_it_is_given():
     open_ended = cosine_schedule(sgd(), warmup_steps=2, total_steps=None, floor=0.1)
     assert rates(open_ended, 5) == pytest.approx([0.5, 1.0, 1.0, 1.0, 1.0])
-    open_ended.fix_length(12)  # after 5 updates: the half cosine over updates 6..12
+    open_ended.fit_length(12)  # after 5 updates: the half cosine over updates 6..12
     fixed = cosine_schedule(sgd(), warmup_steps=0, total_steps=7, floor=0.1)
     assert rates(open_ended, 9) == pytest.approx(rates(fixed, 9))
     # fixed at the warm-up's end, it is the cosine that knew its length from the start
     at_warmup = cosine_schedule(sgd(), warmup_steps=2, total_steps=None, floor=0.1)
     head = rates(at_warmup, 2)
-    at_warmup.fix_length(12)
+    at_warmup.fit_length(12)
     known = cosine_schedule(sgd(), warmup_steps=2, total_steps=12, floor=0.1)
     assert head + rates(at_warmup, 12) == pytest.approx(rates(known, 14))
-    with pytest.raises(ValueError, match="fixed already"):
-        open_ended.fix_length(20)
+    with pytest.raises(ValueError, match="fitted already"):
+        open_ended.fit_length(20)
+    # a schedule that knows a longer length is shortened from the lr it has reached
+    longer = cosine_schedule(sgd(), warmup_steps=2, total_steps=100, floor=0.1)
+    head = rates(longer, 10)
+    assert longer.fit_length(20) == 20
+    tail = rates(longer, 12)
+    reached = head[-1]
+    assert tail[0] < reached and tail[9] == pytest.approx(0.1) and tail[-1] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip([reached, *tail], tail, strict=False))
+    shorter = cosine_schedule(sgd(), warmup_steps=2, total_steps=10, floor=0.1)
+    assert shorter.fit_length(50) == 10  # a length already shorter is kept
 
 
 def test_the_length_is_what_the_rest_of_the_clock_allows_at_the_timed_speed():
@@ -99,13 +109,28 @@ def test_a_run_on_the_clock_fixes_its_cosine_ends_at_the_floor_and_resumes_with_
     assert saved == 60
     # resumed with a longer budget, it keeps its length (timing nothing again) and trains
     # the steps past it at the floor
-    with pytest.warns(UserWarning, match="ends at step 60 .fixed when it started"):
-        _, resumed = small_run(tmp_path, max_minutes=0.1, max_steps=63, resume=True, **budget)
+    _, resumed = small_run(tmp_path, max_minutes=0.1, max_steps=63, resume=True, **budget)
     assert resumed.steps == 60  # the clock's budget was spent
-    with pytest.warns(UserWarning, match="ends at step 60 .fixed when it started"):
-        _, resumed = small_run(tmp_path, max_minutes=0.2, max_steps=63, resume=True, **budget)
+    _, resumed = small_run(tmp_path, max_minutes=0.2, max_steps=63, resume=True, **budget)
     assert resumed.steps == 63
     events = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert [event["length"] for event in events if event["event"] == "schedule"] == [60]
     last_lrs = [event["lr"] for event in events if event["event"] == "train"][-3:]
     assert last_lrs == pytest.approx([1e-3] * 3)
+
+
+def test_a_step_budget_longer_than_the_clock_allows_is_shortened_where_the_run_stands(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(RunRecords, "_elapsed", lambda self: 0.1 * self.state.step)
+    budget = dict(schedule="cosine", warmup_steps=2, lr=1e-2, min_lr=1e-3, log_every=1)
+    _, result = small_run(tmp_path, max_minutes=0.1, max_steps=500, **budget)
+    assert result.steps == 60
+    events = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    (fixed,) = [event for event in events if event["event"] == "schedule"]
+    assert (fixed["step"], fixed["length"]) == (MIN_FIT_STEP, 60)
+    lrs = [event["lr"] for event in events if event["event"] == "train"]
+    known = rates(cosine_schedule(sgd(), warmup_steps=2, total_steps=500, floor=0.1), 30)
+    assert lrs[:MIN_FIT_STEP] == pytest.approx([1e-2 * rate for rate in known])
+    assert all(a >= b for a, b in zip(lrs[1:], lrs[2:], strict=False))  # no jump up
+    assert lrs[-1] == pytest.approx(1e-3)

@@ -1,20 +1,21 @@
 """A schedule's length fitted to the clock: a run with ``max_minutes`` times its first steps
-and fixes the cosine's length to the steps the rest of its minutes allow.
+and ends the cosine at the steps the rest of its minutes allow.
 
 Before the run, nothing knows how many updates a number of minutes buys: the speed depends
-on the model, the batch, the machine and its load.  So a schedule that can wait for its
-length (``ScheduleKind.fits_clock``) starts without one, at its peak after the warm-up, and
-at step ``fit_step`` = max(warm-up, ``MIN_FIT_STEP``) the trainer sets it to
+on the model, the batch, the machine and its load.  So a schedule that can be fitted
+(``ScheduleKind.fits_clock``) starts with the length the other budgets give (``max_steps``,
+``epochs``), or with none (the peak after the warm-up, held), and at step ``fit_step`` =
+max(warm-up, ``MIN_FIT_STEP``) the trainer sets it to
 
-    L = min(steps the other budgets allow,  fit_step + remaining seconds x steps per second)
+    L = min(the length it has,  fit_step + remaining seconds x steps per second)
 
-and the half cosine runs from there to L (from the peak: fixed at the warm-up's end, it is
-the schedule a known length would have given).  The speed is timed on the trainer's clock
-(validations and checkpoints included) from step ``FIRST_TIMED_STEP`` on: the steps before
-it pay one-offs (the first AdamW step imports ``torch._dynamo``; caches warm up).  Every process takes the mean of the
-processes' estimates, so they agree.  The length is saved in each checkpoint (the state's
-``schedule_steps`` and the multiplier's own state), so a resumed run keeps it; a run
-resumed before it was fixed times its steps again.  A run that ends earlier than planned
+and the decay goes on from the lr it has reached to the floor at L (fitted at the warm-up's
+end, from the peak: the schedule a known length L would have given).  The speed is timed on
+the trainer's clock (validations and checkpoints included) from step ``FIRST_TIMED_STEP``
+on: the steps before it pay one-offs (caches warm up).  Every process takes the mean of the
+processes' estimates, so they agree.  The fitted schedule is saved in each checkpoint (the
+state's ``schedule_steps`` and the multiplier's own state), so a resumed run keeps it; a run
+resumed before it was fitted times its steps again.  A run that ends earlier than planned
 (a slower machine) stops before its floor; one that runs longer (a faster one) trains its
 last steps at the floor.
 """

@@ -67,7 +67,7 @@ def cosine_schedule(
     optimizer: Optimizer, *, warmup_steps: int, total_steps: int | None, floor: float = 0.0
 ) -> CosineLR:
     """Cosine schedule with warm-up; ``floor`` is the final lr as a fraction of the peak.
-    ``total_steps`` None: the length is fixed later (``CosineLR.fix_length``)."""
+    ``total_steps`` None: the length is set later (``CosineLR.fit_length``)."""
     if total_steps is not None and total_steps < 1:
         raise ValueError(f"total_steps={total_steps} must be >= 1")
     if not 0.0 <= floor <= 1.0:
@@ -76,37 +76,42 @@ def cosine_schedule(
 
 
 class CosineMultiplier:
-    """:func:`cosine_multiplier` of a length that may be fixed after the run has started
-    (a run on the clock knows its length only once it has timed some steps): until then,
-    the linear warm-up and then 1; the half cosine then runs from ``decay_start`` (the
-    step the length was fixed at, or the warm-up's end if later) to ``total_steps``, so the
-    lr never jumps.  The attributes are the whole state (``LambdaLR`` checkpoints them), so
-    a resumed run keeps the length its first part fixed."""
+    """:func:`cosine_multiplier` whose length a run on the clock may set, or shorten, after
+    it has started (it knows how many steps its minutes buy only once it has timed some).
+
+    Linear warm-up to 1 over ``warmup_steps``; then ``start`` until ``decay_start`` (and for
+    as long as ``total_steps`` is None); then half a cosine from ``start`` down to ``floor``
+    at ``total_steps``, and ``floor`` after it.  Built with ``decay_start = warmup_steps``
+    and ``start = 1`` it is :func:`cosine_multiplier`.  ``fitted``: a run on the clock has
+    set the length already.  The attributes are the whole state (``LambdaLR`` checkpoints
+    them), so a resumed run keeps what its first part set."""
 
     def __init__(self, *, warmup_steps: int, total_steps: int | None, floor: float):
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
         self.floor = floor
         self.decay_start = warmup_steps
+        self.start = 1.0
+        self.fitted = False
 
     def __call__(self, index: int) -> float:
         """The multiplier of update ``index + 1`` (``LambdaLR``'s 0-based convention)."""
         step = index + 1
+        if step <= self.warmup_steps:
+            return step / self.warmup_steps
         if self.total_steps is None or step <= self.decay_start:
-            return min(step / self.warmup_steps, 1.0) if self.warmup_steps > 0 else 1.0
-        return cosine_multiplier(
-            step - self.decay_start + self.warmup_steps,
-            warmup_steps=self.warmup_steps,
-            total_steps=self.total_steps - self.decay_start + self.warmup_steps,
-            floor=self.floor,
-        )
+            return self.start
+        span = max(self.total_steps - self.decay_start, 1)
+        progress = min((step - self.decay_start) / span, 1.0)
+        return self.floor + (self.start - self.floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 class CosineLR(LambdaLR):
     """Warm-up, then half a cosine down to ``floor`` at ``total_steps`` (``CosineMultiplier``).
 
-    ``fix_length`` sets a length left open (None) and changes the lr of the next update at
-    once; before it, the lr holds at its peak after the warm-up."""
+    ``fit_length`` sets a length left open (None), or shortens it, and changes the lr of the
+    next update at once: the decay goes on from the lr of the update just made, so the lr
+    never jumps."""
 
     def __init__(
         self, optimizer: Optimizer, *, warmup_steps: int, total_steps: int | None, floor: float
@@ -124,16 +129,24 @@ class CosineLR(LambdaLR):
     def length(self) -> int | None:
         return self.multiplier.total_steps
 
-    def fix_length(self, total_steps: int) -> None:
-        """Fix the length of a schedule built without one; the decay starts from the lr of
-        the update just made (the peak, once warmed up)."""
-        if self.multiplier.total_steps is not None:
-            raise ValueError(f"the schedule's length is fixed already ({self.length} steps)")
+    def fit_length(self, total_steps: int) -> int | None:
+        """After the updates made so far, end the decay at ``total_steps`` if the schedule has
+        no length or a longer one (a length already shorter is kept); once only.  Returns
+        the length now."""
+        multiplier = self.multiplier
+        if multiplier.fitted:
+            raise ValueError(f"the schedule's length was fitted already ({self.length} steps)")
         if total_steps < 1:
             raise ValueError(f"total_steps={total_steps} must be >= 1")
-        self.multiplier.total_steps = total_steps
-        self.multiplier.decay_start = max(self.multiplier.warmup_steps, self.last_epoch)
+        multiplier.fitted = True
+        if multiplier.total_steps is not None and multiplier.total_steps <= total_steps:
+            return multiplier.total_steps
+        done = self.last_epoch  # updates made
+        multiplier.start = multiplier(done - 1) if done > 0 else 1.0
+        multiplier.decay_start = max(multiplier.warmup_steps, done)
+        multiplier.total_steps = total_steps
         _set_next_lr(self)
+        return total_steps
 
 
 class PlateauMultiplier:

@@ -181,8 +181,12 @@ def schedule_length(
     run's learning rates are the uninterrupted run's, step for step)."""
     length = None if saved is None else saved["state"].get("schedule_steps")
     if length is None:  # a new run (or a checkpoint written before lengths were saved)
-        return None if on_the_clock(config) else total_steps  # None: the trainer fixes it
-    if config.schedule == "cosine" and (total_steps or math.inf) > length:
+        return total_steps  # on the clock, the trainer may shorten it (clock_fit)
+    if (
+        config.schedule == "cosine"
+        and not on_the_clock(config)
+        and (total_steps or math.inf) > length
+    ):
         warnings.warn(
             f"the cosine schedule of this run ends at step {length} (fixed when it started); "
             f"the steps after it train at min_lr={config.min_lr}",

@@ -58,8 +58,8 @@ class ScheduleKind:
     **options)`` makes it.  ``options``: the knobs only this schedule reads, by name (passed
     by those names).  ``needs_length``: it needs the run's length (``total_steps``);
     ``needs_validation``: it listens to validation losses (``observe``); ``fits_clock``: it
-    can be built without a length and given one later (``fix_length``), so a run on the
-    clock (``max_minutes``) fixes it from the speed of its first steps."""
+    can be built without a length, or with a longer one, and fitted later (``fit_length``),
+    so a run on the clock (``max_minutes``) fits it to the speed of its first steps."""
 
     name: str
     build: Callable[..., LambdaLR]

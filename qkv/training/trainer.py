@@ -186,8 +186,8 @@ class Trainer(RunRecords):
             active=context.is_main,
             resume_step=self.state.step if resumed else None,
         )
-        self.clock_fit = None  # a schedule whose length the run's first steps fix
-        if self.state.schedule_steps is None and on_the_clock(config):
+        self.clock_fit = None  # a schedule whose length the run's first steps fit
+        if on_the_clock(config) and not self.scheduler.multiplier.fitted:
             self.clock_fit = ClockFit.of(
                 config, start_step=self.state.step, other_budgets=self.total_steps
             )
@@ -255,7 +255,7 @@ class Trainer(RunRecords):
         if length is None:
             return
         self.clock_fit = None
-        self.scheduler.fix_length(length)
+        length = self.scheduler.fit_length(length)
         self.state.schedule_steps = length
         bar.set_total(length)
         self.log.write("schedule", step=self.state.step, length=length, elapsed=self._elapsed())
