@@ -33,7 +33,7 @@ RUNS = ROOT / "build" / "docs-runs"
 TUTORIAL_RUNS = ROOT / "runs" / "tutorials"
 
 #: The explorer examples: page name -> (the training command's arguments, the explore
-#: command's arguments).  Each trains for at most 200 steps, on one CPU thread.
+#: command's arguments).  Each trains for at most 300 steps, on one CPU thread.
 EXAMPLES = {
     "transformer": (
         ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "200"],
@@ -52,6 +52,10 @@ EXAMPLES = {
         ["classifier", "--data", "clips", "--task", "clip", "--pool", "attention"]
         + ["--max-steps", "100"],
         ["--test", "6"],
+    ),
+    "lm": (
+        ["lm", "--data", "kjv", "--max-steps", "300"],
+        ["And God said", "--generate", "40", "--seed", "1"],
     ),
 }
 
