@@ -43,7 +43,9 @@ def test_backends_agree_in_outputs_and_gradients(device, dtype, causal):
         for a, b in zip(got, want):  # bf16: tolerance relative to the largest value
             assert torch.isfinite(a).all(), backend
             atol = TOLERANCE[dtype] * (1 + b.abs().max().item())
-            torch.testing.assert_close(a.float(), b.float(), atol=atol, rtol=TOLERANCE[dtype])
+            torch.testing.assert_close(
+                a.float(), b.float(), atol=atol, rtol=TOLERANCE[dtype], msg=backend
+            )
 
 
 @pytest.mark.parametrize("mask_kind", ["bool", "bias"])
@@ -55,7 +57,7 @@ def test_fully_masked_rows_are_zero_never_nan_on_every_backend(device, mask_kind
     # the probe (one tiny call) says what the raw kernel does on these shapes too: zeros, or
     # NaN, which the backend's fix-up must then replace
     raw = F.scaled_dot_product_attention(q, repeat_kv(k, 2), repeat_kv(v, 2), attn_mask=mask)
-    zeroes = sdpa.zeroes_fully_masked_rows(device.type)
+    zeroes = sdpa.zeroes_fully_masked_rows(device.type, q.dtype, q.shape[-1])
     assert zeroes == bool(torch.all(raw[0, :, 3] == 0))
     assert zeroes or raw[0, :, 3].isnan().all()
     for backend in available_backends():

@@ -67,24 +67,27 @@ def test_masked_softmax_matches_torch_softmax_with_a_nan_anywhere():
         )
 
 
-def test_the_fully_masked_row_probe_runs_per_device_type(monkeypatch):
+def test_the_fully_masked_row_probe_runs_per_device_type_dtype_and_head_size(monkeypatch):
     asked = []
-    monkeypatch.setattr(sdpa, "zeroes_fully_masked_rows", lambda kind: asked.append(kind) or True)
+    monkeypatch.setattr(sdpa, "zeroes_fully_masked_rows", lambda *kind: asked.append(kind) or True)
     q = torch.randn(1, 1, 2, 4)
     attention(q, q, q, mask=torch.ones(2, 2, dtype=torch.bool), backend="sdpa")
     attention(q, q, q, backend="sdpa")  # no mask: nothing to probe
-    assert asked == ["cpu"]
+    assert asked == [("cpu", torch.float32, 4)]
     monkeypatch.undo()
     sdpa.zeroes_fully_masked_rows.cache_clear()
-    assert isinstance(sdpa.zeroes_fully_masked_rows("cpu"), bool)
-    assert sdpa.zeroes_fully_masked_rows.cache_info().currsize == 1  # cached per device type
+    assert isinstance(sdpa.zeroes_fully_masked_rows("cpu", torch.float32, 4), bool)
+    sdpa.zeroes_fully_masked_rows("cpu", torch.float32, 4)
+    assert sdpa.zeroes_fully_masked_rows.cache_info().currsize == 1  # probed once
+    sdpa.zeroes_fully_masked_rows("cpu", torch.bfloat16, 4)
+    assert sdpa.zeroes_fully_masked_rows.cache_info().currsize == 2  # each dtype its own
 
 
 @pytest.mark.parametrize("mask_kind", ["bool", "bias"])
 def test_the_fix_up_for_kernels_that_give_nan_keeps_rows_zero_and_grads_finite(
     monkeypatch, mask_kind
 ):
-    monkeypatch.setattr(sdpa, "zeroes_fully_masked_rows", lambda kind: False)
+    monkeypatch.setattr(sdpa, "zeroes_fully_masked_rows", lambda *kind: False)
     q, k, v = (torch.randn(1, 2, 3, 4, requires_grad=True) for _ in range(3))
     keep = torch.ones(1, 1, 3, 3, dtype=torch.bool)
     keep[..., 1, :] = False

@@ -15,14 +15,17 @@ __all__ = ["SDPABackend", "zeroes_fully_masked_rows"]
 
 
 @functools.cache
-def zeroes_fully_masked_rows(device_type: str) -> bool:
+def zeroes_fully_masked_rows(
+    device_type: str, dtype: torch.dtype = torch.float32, head_dim: int = 2
+) -> bool:
     """Whether PyTorch's fused kernel on this kind of device returns 0 for a query whose keys
-    are all masked (recent CPU kernels) rather than NaN (older releases; CUDA kernels have
-    differed).  Probed once per device type, so the fix-up below runs only where needed."""
-    q = torch.ones(1, 1, 1, 2, device=device_type)
-    mask = torch.zeros(1, 1, 1, 1, dtype=torch.bool, device=device_type)
+    are all masked (recent CPU kernels) rather than NaN or a uniform average (older releases;
+    CUDA's kernels differ by dtype and head size).  Probed once per device type, dtype and
+    head size, the things that choose the kernel, so the fix-up below runs only where needed."""
+    q = torch.ones(1, 1, 2, head_dim, device=device_type, dtype=dtype)
+    mask = torch.tensor([[True, True], [False, False]], device=device_type)
     out = F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
-    return bool(torch.all(out == 0))
+    return bool(torch.all(out[..., 1, :] == 0))
 
 
 class SDPABackend:
@@ -61,7 +64,9 @@ class SDPABackend:
             else:
                 mask = mask.masked_fill(~below, float("-inf"))
         attended = None
-        if mask is not None and not zeroes_fully_masked_rows(query.device.type):
+        if mask is not None and not zeroes_fully_masked_rows(
+            query.device.type, query.dtype, query.shape[-1]
+        ):
             # Older PyTorch gives NaN (and NaN gradients) for fully masked rows: open such
             # rows to every key, then zero their output, so values and gradients stay finite.
             if mask.dtype == torch.bool:
