@@ -32,7 +32,12 @@ from torch.autograd.function import once_differentiable
 
 from qkv.errors import InputError, QkvError
 from qkv.functional.backends.chunked import DEFAULT_BLOCK_SIZE
-from qkv.functional.backends.chunked_kernel import compute_dtype, tile_backward, tile_forward
+from qkv.functional.backends.chunked_kernel import (
+    TileWorkspace,
+    compute_dtype,
+    tile_backward,
+    tile_forward,
+)
 from qkv.functional.checks import check_tensors
 from qkv.functional.heads import repeat_kv
 from qkv.functional.mask_mods import ModEvaluator
@@ -153,6 +158,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, ring: _Ring) -> tuple[Tensor, Tens
     world = ring.layout.world_size
     output = q.new_zeros(*q.shape[:3], v.shape[-1])
     lse = q.new_full(q.shape[:3], float("-inf"))
+    workspace = TileWorkspace()  # one tile buffer for every piece
     for step in range(world):
         pending = _Transfer(ring, step, [k, v] if step < world - 1 else [])
         for rows, cols, mask, diagonal in _pairs(ring, step, q):
@@ -164,6 +170,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, ring: _Ring) -> tuple[Tensor, Tens
                 diagonal,
                 ring.scale,
                 ring.block_size,
+                workspace,
             )
             _merge(output[:, :, rows], lse[:, :, rows], part, part_lse)
         received = pending.wait()
@@ -181,6 +188,7 @@ def _backward(
     world = ring.layout.world_size
     grad_q = torch.zeros_like(q)
     grads: list[Tensor] = []  # dK, dV of the previous step's keys, summed over their visits
+    workspace = TileWorkspace()  # the two tile buffers, for every piece
     for step in range(world):
         outgoing = [k, v] if step < world - 1 else []
         pending = _Transfer(ring, step, outgoing + grads)
@@ -197,6 +205,7 @@ def _backward(
                 diagonal,
                 ring.scale,
                 ring.block_size,
+                workspace,
             )
             grad_q[:, :, rows] += part_q
             local[0][:, :, cols] += _sum_heads(part_k, k.shape[1])

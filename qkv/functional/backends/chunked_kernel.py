@@ -43,11 +43,46 @@ from .chunked_tiles import (
     _with_ones,
 )
 
-__all__ = ["ChunkedAttentionFunction", "compute_dtype", "tile_forward", "tile_backward"]
+__all__ = [
+    "ChunkedAttentionFunction",
+    "TileWorkspace",
+    "compute_dtype",
+    "tile_forward",
+    "tile_backward",
+]
 
 #: Scores per tile (32 MiB in float32): big matmuls and few ops; each op is a parallel region,
 #: which on a busy machine costs a scheduler slice, so fewer, larger tiles are faster there.
 TILE_ELEMENTS = 1 << 23
+
+
+class TileWorkspace:
+    """The kernel's tile buffers, kept between calls by a caller that calls it many times
+    (ring attention, piece by piece).  A buffer made anew per call is, at 32 MiB, a fresh
+    mapping from the operating system (glibc maps blocks that large), and touching it
+    page-faults on every call: a third of the time of a piece's backward on a CPU."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, Tensor] = {}
+
+    def buffer(self, name: str, numel: int, like: Tensor) -> Tensor:
+        """A flat buffer of at least ``numel`` elements of ``like``'s dtype and device."""
+        held = self._buffers.get(name)
+        if (
+            held is None
+            or held.numel() < numel
+            or (held.dtype, held.device)
+            != (
+                like.dtype,
+                like.device,
+            )
+        ):
+            held = self._buffers[name] = like.new_empty(numel)
+        return held[:numel]
+
+
+def _scratch(workspace: TileWorkspace | None, name: str, numel: int, like: Tensor) -> Tensor:
+    return like.new_empty(numel) if workspace is None else workspace.buffer(name, numel, like)
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -76,7 +111,9 @@ def _head_groups(batch: int, heads: int, tile_rows: int, tile_cols: int) -> list
     ]
 
 
-def _forward(q: Tensor, k: Tensor, v: Tensor, options: _Options) -> tuple[Tensor, Tensor]:
+def _forward(
+    q: Tensor, k: Tensor, v: Tensor, options: _Options, workspace: TileWorkspace | None = None
+) -> tuple[Tensor, Tensor]:
     """Shapes: q (B, H, Tq, Dh), k (B, H, Tk, Dh), v (B, H, Tk, Dv) -> out (B, H, Tq, Dv),
     lse (B, H, Tq).  Causal needs Tk >= Tq (checked by the callers)."""
     mask, causal, scale, block = options
@@ -84,7 +121,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, options: _Options) -> tuple[Tensor
     bq, bk = min(block, tq), min(block, tk)
     out, lse = q.new_empty(*q.shape[:3], v.shape[-1]), q.new_empty(*q.shape[:3], 1)
     groups = _head_groups(batch, heads, bq, bk)
-    buffer = q.new_empty(max(g.size for g in groups) * bq * bk)  # reused buffers
+    buffer = _scratch(workspace, "scores", max(g.size for g in groups) * bq * bk, q)
     for group in groups:
         qs, kg = _flat(q, group) * (scale * LOG2E), _flat(k, group)  # base 2: s * log2(e)
         vg = _with_ones(_flat(v, group))  # appended column: P @ [v, 1] = [P v, l]
@@ -125,6 +162,7 @@ def _backward(
     grad_lse: Tensor,
     options: _Options,
     bias_grad_shape: tuple[int, ...] | None,
+    workspace: TileWorkspace | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """Gradients for q, k, v (and the float bias if ``bias_grad_shape``), recomputing each
     tile's weights P = exp(s - lse):  dV += P^T dO;  dS = P * (dO V^T - delta + dlse),
@@ -138,8 +176,9 @@ def _backward(
     grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     grad_bias = None if bias_grad_shape is None else q.new_zeros(bias_grad_shape)
     groups = _head_groups(batch, heads, bq, bk)
-    probs_buffer = q.new_empty(max(g.size for g in groups) * bq * bk)
-    grad_buffer = torch.empty_like(probs_buffer)
+    tile_numel = max(g.size for g in groups) * bq * bk
+    probs_buffer = _scratch(workspace, "scores", tile_numel, q)
+    grad_buffer = _scratch(workspace, "grad_scores", tile_numel, q)
     for group in groups:
         qs, kg, dog = _flat(q, group) * scale, _flat(k, group), _flat(grad_out, group)
         # appended columns: one matmul gives (s - lse) log2(e) = [q, -lse] log2(e) . [k, 1]
@@ -194,13 +233,16 @@ def tile_forward(
     causal: bool,
     scale: float,
     block_size: int,
+    workspace: TileWorkspace | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The kernel's forward without autograd, for callers that merge partial results through
     lse (ring attention).  Shapes and dtypes as :class:`ChunkedAttentionFunction` (all heads,
-    contiguous or not) -> output (B, H, Tq, Dv), lse (B, H, Tq)."""
+    contiguous or not) -> output (B, H, Tq, Dv), lse (B, H, Tq).  ``workspace``: tile
+    buffers kept between the calls of one caller."""
     query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
     shape = (*query.shape[:3], key.shape[2])
-    return _forward(query, key, value, _Options(_Mask.of(mask, shape), causal, scale, block_size))
+    options = _Options(_Mask.of(mask, shape), causal, scale, block_size)
+    return _forward(query, key, value, options, workspace)
 
 
 def tile_backward(
@@ -214,6 +256,7 @@ def tile_backward(
     causal: bool,
     scale: float,
     block_size: int,
+    workspace: TileWorkspace | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients of q, k, v for one block of keys, given the *whole* attention's ``output``
     and ``lse`` (over every key, of which ``key`` is a part): the weights recomputed as
@@ -233,6 +276,7 @@ def tile_backward(
         grad_lse,
         options,
         None,
+        workspace,
     )
     return grad_q, grad_k, grad_v
 
