@@ -98,7 +98,7 @@ def test_a_lost_peer_is_one_line_and_other_errors_pass_through():
     error = peer_lost(gloo, context)
     assert isinstance(error, PeerLostError)
     assert str(error).startswith("rank 1: lost contact with another process of the run (Read")
-    assert "Connection reset by peer" in str(error) and "--resume" in str(error)
+    assert "Connection reset by peer" in str(error) and "resume=True" in str(error)
     bug = RuntimeError("mat1 and mat2 shapes cannot be multiplied")
     assert peer_lost(bug, context) is bug
     assert peer_lost(gloo, DistributedContext(0, 1, 0, torch.device("cpu"))) is gloo

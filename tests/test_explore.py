@@ -351,7 +351,7 @@ def test_the_server_serves_the_page_on_localhost_and_nothing_else():
     finally:
         server.shutdown()
         server.server_close()
-    with pytest.raises(InputError, match="--port"):
+    with pytest.raises(InputError, match="port=70000"):
         PageServer("x", port=70000)
 
 

@@ -106,10 +106,10 @@ def test_tagger_page_holds_every_block_and_head_and_the_rollout():
 @pytest.mark.parametrize(
     "model, fix",
     [
-        (tiny_clip_classifier("mean"), "--pool attention"),
-        (tiny_clip_classifier("last"), "--pool attention"),
-        (ImageClassifier(ClassifierConfig(**CONFIG)), "--feature-attention"),
-        (tiny_tagger(layers=0), "--tagger-layers"),
+        (tiny_clip_classifier("mean"), "pool='attention'"),
+        (tiny_clip_classifier("last"), "pool='attention'"),
+        (ImageClassifier(ClassifierConfig(**CONFIG)), "feature_attention=True"),
+        (tiny_tagger(layers=0), "tagger_layers=1"),
     ],
 )
 def test_classifiers_without_attention_weights_are_refused(model, fix):
@@ -175,7 +175,8 @@ def test_explore_command_on_picture_files(tmp_path, capsys):
     assert (
         main(["explore", "--checkpoint", str(tmp_path / "clips"), "x.png", "--out", str(out)]) == 2
     )
-    assert "with --test N" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "with test=N" in err and "(set by --test)" in err
 
 
 def test_qkv_attention_on_a_classifier_names_the_commands_that_draw_its_attention(tmp_path, capsys):

@@ -133,7 +133,7 @@ def test_lm_bad_inputs_are_one_clear_error():
         explore(model, ["and god"], tokenizer=tokenizer, generate=12)
     with pytest.raises(InputError, match="empty prompt"):
         explore(model, [""], tokenizer=tokenizer)
-    with pytest.raises(InputError, match="--generate"):
+    with pytest.raises(InputError, match="generate=-1"):
         explore(model, ["and"], tokenizer=tokenizer, generate=-1)
 
 
@@ -200,7 +200,8 @@ def test_qkv_attention_refuses_a_missing_head_and_a_generate_for_a_translator(tm
     run, _, _ = _checkpoint(tmp_path)
     args = ["attention", "--checkpoint", str(run), "and", "--head", "9"]
     assert main([*args, "--out", str(tmp_path / "x.png")]) == 2
-    assert "--head 9 does not exist" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "head=9 does not exist" in err and "(set by --head 9)" in err
     assert main(["attention", "--checkpoint", str(run), "and"]) == 2
     assert "--weights-out" in capsys.readouterr().err
 

@@ -185,9 +185,11 @@ def test_tied_embeddings_and_checkpoint_rebuild_by_name():
 
 def test_prompt_longer_than_learned_positions_names_the_fix():
     model = tiny_lm("learned", max_len=16)
-    with pytest.raises(InputError, match=r"prompt has 17 tokens.*only 16 positions.*--positions"):
+    with pytest.raises(
+        InputError, match=r"prompt has 17 tokens.*only 16 positions.*positions 'sinusoidal'"
+    ):
         sample(model, random_ids(1, 17), max_new_tokens=1)
-    with pytest.raises(InputError, match=r"max_len=16.*--positions"):
+    with pytest.raises(InputError, match=r"max_len=16.*positions 'sinusoidal'"):
         model(random_ids(1, 17))
 
 

@@ -138,7 +138,7 @@ def test_cli_trains_packed_paragraphs_and_generates(tmp_path, capsys):
 def test_context_parallelism_refuses_packed_documents_it_would_ignore():
     from qkv.models import TransformerLM
 
-    with pytest.raises(InputError, match="--pack"):
+    with pytest.raises(InputError, match=r"pack=True"):
         TransformerLM(
             TransformerLMConfig(VOCAB, dropout=0.0, document_start=BOS_ID)
         ).context_parallel()

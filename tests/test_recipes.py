@@ -184,5 +184,6 @@ def test_min_lr_reaches_the_run_and_is_checked_against_the_recipes_peak(corpus, 
     above = ["--max-steps", "3", "--epochs", "0", "--model", "rnn-attention", "--min-lr", "0.01"]
     assert _train(corpus, tmp_path / "above", *above) == 2
     said = capsys.readouterr().err
-    assert "error: --min-lr 0.01 is above the peak learning rate 0.003" in said
+    assert "error: min_lr=0.01 is above the peak learning rate 0.003" in said
+    assert "(set by --min-lr 0.01, --lr)" in said
     assert not (tmp_path / "above" / "checkpoints").exists()

@@ -81,7 +81,7 @@ def test_a_signal_finishes_the_step_checkpoints_and_resume_continues_exactly(
     stopped = json.loads((out_dir / "last.json").read_text())["step"]
     assert 4 <= stopped < STEPS  # newer than the last scheduled checkpoint before the signal
     message = (out_dir / "interrupted.txt").read_text()
-    assert signal.Signals(number).name in message and "--resume" in message
+    assert signal.Signals(number).name in message and "resume=True" in message
     assert f"after step {stopped}" in message
     end = json.loads((out_dir / "log.jsonl").read_text().splitlines()[-1])
     assert end == {**end, "event": "end", "reason": "interrupted", "step": stopped}

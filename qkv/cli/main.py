@@ -134,8 +134,8 @@ def _report(error: BaseException, *, debug: bool, args: argparse.Namespace) -> i
         print("qkv: interrupted", file=sys.stderr)
     elif code == 2:
         print(f"qkv: error: {_one_line_with_flags(error, args)}", file=sys.stderr)
-    else:
-        print(f"qkv: {_one_line(error)}", file=sys.stderr)
+    else:  # an interrupted run (130 / 143): its line names the field that resumes it
+        print(f"qkv: {_one_line_with_flags(error, args)}", file=sys.stderr)
     return code
 
 

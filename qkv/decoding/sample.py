@@ -67,7 +67,7 @@ def sample(
         raise InputError(
             f"the prompt has {prompt_ids.shape[1]} tokens, but this model has only {limit} "
             f"positions; shorten the prompt to at most {limit} tokens (a model trained by "
-            "qkv with --positions sinusoidal, rope or alibi has no such limit)"
+            "qkv with positions 'sinusoidal', 'rope' or 'alibi' has no such limit)"
         )
     if seed is not None:
         generator = torch.Generator(device=prompt_ids.device).manual_seed(seed)

@@ -65,14 +65,16 @@ def plot_attention(
     layer = len(layers) - 1 if layer is None else layer
     if not -len(layers) <= layer < len(layers):
         raise InputError(
-            f"--layer {layer} does not exist: the model has {len(layers)} layer(s) "
-            f"(0..{len(layers) - 1})"
+            f"layer={layer} does not exist: the model has {len(layers)} layer(s) "
+            f"(0..{len(layers) - 1})",
+            fields=("layer",),
         )
     weights = layers[layer]
     heads = weights.shape[0]
     if head is not None and not -heads <= head < heads:
         raise InputError(
-            f"--head {head} does not exist: layer {layer} has {heads} head(s) (0..{heads - 1})"
+            f"head={head} does not exist: layer {layer} has {heads} head(s) (0..{heads - 1})",
+            fields=("head",),
         )
     if all_heads:
         titles = [f"{name}, layer {layer}, head {h}" for h in range(heads)]

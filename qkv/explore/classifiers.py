@@ -101,7 +101,7 @@ class ImageClassifierAdapter(ClassifierAdapter):
             return None
         return (
             "has neither feature-map attention nor attention pooling: nothing to explore; "
-            "train with --feature-attention or --pool attention"
+            "train with feature_attention=True or pool='attention'"
         )
 
     def facts(self, model: nn.Module) -> dict[str, Any]:
@@ -134,7 +134,7 @@ class ClipClassifierAdapter(ClassifierAdapter):
             return None
         return (
             f"pools its frames by {pool!r}, which has no attention weights: nothing to "
-            "explore; train with --pool attention"
+            "explore; train with pool='attention'"
         )
 
     def facts(self, model: nn.Module) -> dict[str, Any]:
@@ -155,7 +155,7 @@ class FrameTaggerAdapter(ClassifierAdapter):
             return None
         return (
             "has no self-attention blocks (tagger_layers=0): nothing to explore; "
-            "train with --tagger-layers 1 or more"
+            "train with tagger_layers=1 or more"
         )
 
     def facts(self, model: nn.Module) -> dict[str, Any]:

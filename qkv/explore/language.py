@@ -118,7 +118,9 @@ class LanguageModelAdapter(ExplorerAdapter):
 
     def pages(self, model, inputs, request: ExploreRequest) -> list[dict[str, Any]]:
         if not isinstance(request.generate, int) or request.generate < 0:
-            raise InputError(f"--generate {request.generate!r} must be 0 or more tokens")
+            raise InputError(
+                f"generate={request.generate!r} must be 0 or more tokens", fields=("generate",)
+            )
         induction = induction_scores(model)
         return [
             self._page(model, item, index, request, induction) for index, item in enumerate(inputs)
@@ -131,7 +133,8 @@ class LanguageModelAdapter(ExplorerAdapter):
         if limit is not None and len(prompt) + request.generate > limit:
             raise InputError(
                 f"input {index}: {len(prompt)} prompt tokens + {request.generate} generated "
-                f"exceed the model's {limit} positions; shorten the prompt or --generate less"
+                f"exceed the model's {limit} positions; shorten the prompt or generate less",
+                fields=("generate",),
             )
         ids = torch.tensor([prompt], device=model_device(model))
         if request.generate:

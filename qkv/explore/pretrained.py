@@ -57,7 +57,9 @@ def load_folder(path: str | Path, *, device: str | torch.device = "cpu") -> Load
     """Read a Hugging Face folder for the explorer (see the module's docstring)."""
     folder = Path(path)
     if not folder.is_dir():
-        raise MissingFileError(f"--pretrained {folder}: no such folder")
+        raise MissingFileError(
+            f"pretrained={str(folder)!r}: no such folder", fields=("pretrained",)
+        )
     if not (folder / "config.json").is_file():
         raise MissingFileError(f"{folder} has no config.json: is it a Hugging Face model folder?")
     try:

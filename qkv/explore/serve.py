@@ -21,14 +21,17 @@ class PageServer(http.server.ThreadingHTTPServer):
 
     def __init__(self, page: str, port: int = 0):
         if not isinstance(port, int) or not 0 <= port <= 65535:
-            raise InputError(f"--port {port!r} must be between 0 (any free port) and 65535")
+            raise InputError(
+                f"port={port!r} must be between 0 (any free port) and 65535", fields=("port",)
+            )
         self.body = page.encode("utf-8")
         try:
             super().__init__((HOST, port), _Handler)
         except OSError as error:
             raise InputError(
-                f"cannot serve on {HOST}:{port} ({error.strerror}); pick another --port, "
-                "or 0 for any free one"
+                f"cannot serve on {HOST}:{port} ({error.strerror}); pick another port, "
+                "or 0 for any free one",
+                fields=("port",),
             ) from None
 
     @property

@@ -45,12 +45,14 @@ def chosen_layers(vectors: str | Sequence[int] | None, count: int) -> list[int]:
             vectors = [int(part) for part in vectors.split(",") if part.strip()]
         except ValueError:
             raise InputError(
-                f"--vectors {vectors!r}: give 'all' or layer numbers, e.g. 0,2"
+                f"vectors={vectors!r}: give 'all' or layer numbers, e.g. 0,2", fields=("vectors",)
             ) from None
     layers = sorted(set(vectors))
     wrong = [layer for layer in layers if not 0 <= layer < count]
     if wrong or not layers:
-        raise InputError(f"--vectors {wrong or vectors}: the model has layers 0..{count - 1}")
+        raise InputError(
+            f"vectors={wrong or vectors}: the model has layers 0..{count - 1}", fields=("vectors",)
+        )
     return layers
 
 

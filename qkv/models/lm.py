@@ -264,7 +264,9 @@ class TransformerLM(nn.Module):
                 f"a sequence of {length} tokens needs positions up to {length - 1}, but this "
                 f"model learned only max_len={self.config.max_len} positions (positions="
                 "'learned'); give at most max_len tokens (qkv.decoding.sample slides a window), "
-                "or train with --positions sinusoidal/rope/alibi, which extend past max_len"
+                "or train with positions 'sinusoidal', 'rope' or 'alibi', which extend past "
+                "max_len",
+                fields=("positions",),
             )
 
 

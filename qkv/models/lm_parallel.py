@@ -59,12 +59,14 @@ class ContextParallelLM(nn.Module):
             raise InputError(
                 f"context parallelism needs dropout 0 (ring attention drops no attention "
                 f"weights, so the model would differ from one process's), got "
-                f"dropout={config.dropout}; pass --dropout 0"
+                f"dropout={config.dropout}; set dropout=0",
+                fields=("dropout",),
             )
         if config.document_start is not None:
             raise InputError(
-                "context parallelism does not follow packed documents (--pack): their mask "
-                "and restarting positions would be ignored; drop --pack, or train on one process"
+                "context parallelism does not follow packed documents (pack=True): their mask "
+                "and restarting positions would be ignored; drop pack, or train on one process",
+                fields=("pack",),
             )
         self.lm, self.group = lm, group
         self.world_size = group_rank_and_size(group)[1]

@@ -29,10 +29,13 @@ def classifier_explorer_data(
     model, classes = found.model, list(found.metadata["classes"])
     explorable_kind(model)  # a model without attention weights is refused before any work
     if (test is None) == (not paths):
-        raise InputError("pass picture files or --test N (the first N test items), one of them")
+        raise InputError(
+            "pass picture files or test=N (the first N test items), one of them",
+            fields=("test",),
+        )
     if test is not None:
         if test < 1:
-            raise InputError(f"--test {test} must be a positive number of items")
+            raise InputError(f"test={test} must be a positive number of items", fields=("test",))
         data = classification_data(setup, "test", test)
         inputs = [data.collate([i]).source[0] for i in range(len(data))]  # one item: no padding
         labels = [data.labels(i) for i in range(len(data))]  # class ids
@@ -42,7 +45,8 @@ def classifier_explorer_data(
     if setup.task != "image":
         raise InputError(
             f"this classifier reads clips ({setup.task!r}): explore it on test clips with "
-            "--test N, not on picture files"
+            "test=N, not on picture files",
+            fields=("test",),
         )
     channels = model.config.channels
     pictures = []

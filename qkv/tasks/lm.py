@@ -140,9 +140,9 @@ def _read(setup: LMSetup) -> TextCorpus:
     corpus = load_text(setup.data)
     if setup.pack and len(split_documents(corpus, corpus.train)) < 2:
         raise InputError(
-            f"--pack packs documents, and {corpus.name} has none to pack: a text file's "
+            f"pack=True packs documents, and {corpus.name} has none to pack: a text file's "
             "documents are its paragraphs, separated by a blank line, and this one has no "
-            "blank line; put a blank line between its documents, or train without --pack",
+            "blank line; put a blank line between its documents, or train without pack",
             fields=("pack",),
         )
     return corpus
@@ -206,7 +206,7 @@ class LoadedLM:
         return (
             f"the prompt has {length} tokens, but this model learned only max_len={limit} "
             f"positions; shorten the prompt to at most {limit} tokens, or train a model whose "
-            "positions extend past max_len (--positions sinusoidal, rope or alibi)"
+            "positions extend past max_len (positions 'sinusoidal', 'rope' or 'alibi')"
         )
 
 

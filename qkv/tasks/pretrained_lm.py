@@ -41,8 +41,9 @@ def load_generator(
     ``pretrained`` (a Hugging Face folder)."""
     if (checkpoint is None) == (pretrained is None):
         raise InputError(
-            "give exactly one model: --checkpoint RUN (trained by `qkv train lm`) or "
-            "--pretrained DIR (a Hugging Face gpt2, llama, qwen2 or mistral folder)"
+            "give exactly one model: checkpoint (a run of `qkv train lm`) or pretrained "
+            "(a Hugging Face gpt2, llama, qwen2 or mistral folder)",
+            fields=("checkpoint", "pretrained"),
         )
     if checkpoint is not None:
         return load_lm(checkpoint, device=device)

@@ -48,8 +48,9 @@ def plan_context_parallel(size: int, context: DistributedContext) -> ContextPara
         return ContextParallelPlan(1, rank, world)
     if world % size:
         raise InputError(
-            f"--context-parallel {size} needs a number of processes that is a multiple of "
-            f"{size}, got {world}; launch with torchrun --nproc_per_node={size} (or a multiple)"
+            f"context_parallel={size} needs a number of processes that is a multiple of "
+            f"{size}, got {world}; launch with torchrun --nproc_per_node={size} (or a multiple)",
+            fields=("context_parallel",),
         )
     own = None
     for first in range(0, world, size):
@@ -62,9 +63,10 @@ def plan_context_parallel(size: int, context: DistributedContext) -> ContextPara
 
 
 def check_context_parallel_model(model: nn.Module, size: int) -> None:
-    """Refuse ``--context-parallel`` for a model that cannot spread a window over processes."""
+    """Refuse ``context_parallel`` > 1 for a model that cannot spread a window over processes."""
     if size > 1 and not callable(getattr(model, "context_parallel", None)):
         raise InputError(
-            f"--context-parallel {size}: {type(model).__name__} cannot spread a window over "
-            "processes (only the language model, train lm, can)"
+            f"context_parallel={size}: {type(model).__name__} cannot spread a window over "
+            "processes (only the language model, train lm, can)",
+            fields=("context_parallel",),
         )

@@ -165,5 +165,7 @@ def peer_lost(error: RuntimeError, context: DistributedContext) -> RuntimeError:
     reason = re.sub(r"^\[[^\]]*\]\s*", "", text.splitlines()[0] if text else "").split(". ")[0]
     return PeerLostError(
         f"rank {context.rank}: lost contact with another process of the run ({reason}); it "
-        "died or hung.  Start the run again with --resume to continue from its last checkpoint"
+        "died or hung.  Start the run again with resume=True to continue from its last "
+        "checkpoint",
+        fields=("resume",),
     )

@@ -204,8 +204,9 @@ def fit_train_config(
         )
     if config.min_lr > chosen.lr:
         raise InputError(
-            f"--min-lr {config.min_lr:g} is above the peak learning rate {chosen.lr:g}; "
-            "give a lower --min-lr, or a higher --lr"
+            f"min_lr={config.min_lr:g} is above the peak learning rate {chosen.lr:g}; "
+            "give a lower min_lr, or a higher lr",
+            fields=("min_lr", "lr"),
         )
     fitted = dataclasses.replace(
         batched,

@@ -32,7 +32,8 @@ class TrainingInterrupted(RunError):
         name = signal.Signals(signal_number).name
         super().__init__(
             f"training stopped by {name} after step {step}; checkpoint {checkpoint}. "
-            f"Resume it with the same command plus --resume (resume=True, out_dir={out_dir})"
+            f"Resume it with resume=True (out_dir={out_dir})",
+            fields=("resume",),
         )
 
 
