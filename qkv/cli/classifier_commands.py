@@ -77,7 +77,7 @@ def add_train_parser(tasks: argparse._SubParsersAction) -> None:
 
 
 def _train_classifier(args: argparse.Namespace) -> int:
-    from ..tasks.classifier import train_and_score_classifier
+    from ..tasks.classifier_run import train_and_score_classifier
     from ..tasks.evaluate import describe_classifier_scores
 
     run = train_from_args(train_and_score_classifier, setup_from(args, ClassifierSetup), args)

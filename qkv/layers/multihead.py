@@ -15,6 +15,7 @@ from .attention_positions import AttentionPositions
 from .cache import AttentionCache, StaticKV
 from .multihead_checks import MultiHeadInputChecks
 from .saved_formats import stack_legacy_projections
+from .torch_weights import layer_from_torch
 
 __all__ = ["MultiHeadAttention"]
 
@@ -259,37 +260,7 @@ class MultiHeadAttention(MultiHeadInputChecks, nn.Module):
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
         """A qkv layer with the weights of a ``torch.nn.MultiheadAttention`` (batch_first or not:
         qkv is always batch-first, so transpose your inputs if the module was not)."""
-        if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(
-                f"from_torch takes a torch.nn.MultiheadAttention, got {type(module).__name__}"
-            )
-        if module.bias_k is not None or module.add_zero_attn:
-            raise InputError("add_bias_kv / add_zero_attn have no qkv equivalent")
-        d = module.embed_dim
-        has_bias = module.in_proj_bias is not None
-        layer = cls(
-            d,
-            module.num_heads,
-            kdim=module.kdim,
-            vdim=module.vdim,
-            bias=has_bias,
-            dropout=module.dropout,
-        )
-        layer = layer.to(device=module.out_proj.weight.device, dtype=module.out_proj.weight.dtype)
-        with torch.no_grad():
-            if module._qkv_same_embed_dim:
-                weights = module.in_proj_weight.chunk(3)
-            else:
-                weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)
-            biases = module.in_proj_bias.chunk(3) if has_bias else (None, None, None)
-            for (weight, bias), w, b in zip(layer.projections(), weights, biases, strict=True):
-                weight.copy_(w)
-                if b is not None:
-                    bias.copy_(b)
-            layer.out_proj.weight.copy_(module.out_proj.weight)
-            if has_bias:
-                layer.out_proj.bias.copy_(module.out_proj.bias)
-        return layer
+        return layer_from_torch(cls, module)
 
     def extra_repr(self) -> str:
         kv = f", num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""

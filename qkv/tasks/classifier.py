@@ -9,7 +9,7 @@ in [0, 1] for pictures, (B, T, C, S, S) for clips padded with ``PAD_FRAME`` fram
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from ..models.classifier import CLIP_POOLS, IMAGE_POOLS, PAD_FRAME
 from ..training import Checkpoint, TrainConfig, TrainResult, load_checkpoint
 from .classifier_eval import ClassifierScores, evaluate_classifier
 from .presets import Preset, preset_for
-from .task import TaskData, TaskSpec, train_task, train_with_options
+from .task import TaskData, TaskSpec, train_task
 
 __all__ = [
     "IMAGE_DATA",
@@ -37,9 +37,7 @@ __all__ = [
     "classification_data",
     "build_classifier",
     "CLASSIFIER",
-    "ClassifierRun",
     "train_classifier",
-    "train_and_score_classifier",
     "evaluate_classifier",
     "load_classifier",
     "classifier_checkpoint",
@@ -253,35 +251,6 @@ def train_classifier(
     """Train; checkpoints go to ``out_dir``.  Each validation logs the loss and ``accuracy``
     (and for clips ``occluded_accuracy`` / ``marked_weight``, see :func:`evaluate_classifier`)."""
     return train_task(CLASSIFIER, setup, config, out_dir, resume=resume)
-
-
-@dataclass(frozen=True)
-class ClassifierRun:
-    """A finished classifier run: how it ended, the checkpoint it keeps (the best, else the
-    last), that model's parameter count and its scores on the test split."""
-
-    result: TrainResult
-    checkpoint: Path
-    parameters: int
-    scores: ClassifierScores
-
-
-def train_and_score_classifier(
-    setup: ClassifierSetup,
-    out_dir: str | Path,
-    *,
-    given: dict,
-    resume: bool = False,
-    say: Callable[[str], object] | None = None,
-) -> ClassifierRun:
-    """Train with the preset's values except those ``given`` (TrainConfig fields), reload
-    the best checkpoint and score it on the test split."""
-    result = train_with_options(CLASSIFIER, setup, out_dir, given=given, resume=resume, say=say)
-    best = result.best_checkpoint or result.last_checkpoint
-    model, _ = load_classifier(best)
-    scores = evaluate_classifier(model, classification_data(setup, "test"))
-    parameters = sum(p.numel() for p in model.parameters())
-    return ClassifierRun(result, Path(best), parameters, scores)
 
 
 def load_classifier(path: str | Path, *, device: str = "cpu") -> tuple[nn.Module, ClassifierSetup]:

@@ -33,12 +33,14 @@ from torch.autograd.function import once_differentiable
 from .chunked_tiles import (
     LN2,
     LOG2E,
+    TileWorkspace,
     _accumulate,
     _flat,
     _Group,
     _key_blocks,
     _Mask,
     _Options,
+    _scratch,
     _tile,
     _with_ones,
 )
@@ -54,35 +56,6 @@ __all__ = [
 #: Scores per tile (32 MiB in float32): big matmuls and few ops; each op is a parallel region,
 #: which on a busy machine costs a scheduler slice, so fewer, larger tiles are faster there.
 TILE_ELEMENTS = 1 << 23
-
-
-class TileWorkspace:
-    """The kernel's tile buffers, kept between calls by a caller that calls it many times
-    (ring attention, piece by piece).  A buffer made anew per call is, at 32 MiB, a fresh
-    mapping from the operating system (glibc maps blocks that large), and touching it
-    page-faults on every call: a third of the time of a piece's backward on a CPU."""
-
-    def __init__(self) -> None:
-        self._buffers: dict[str, Tensor] = {}
-
-    def buffer(self, name: str, numel: int, like: Tensor) -> Tensor:
-        """A flat buffer of at least ``numel`` elements of ``like``'s dtype and device."""
-        held = self._buffers.get(name)
-        if (
-            held is None
-            or held.numel() < numel
-            or (held.dtype, held.device)
-            != (
-                like.dtype,
-                like.device,
-            )
-        ):
-            held = self._buffers[name] = like.new_empty(numel)
-        return held[:numel]
-
-
-def _scratch(workspace: TileWorkspace | None, name: str, numel: int, like: Tensor) -> Tensor:
-    return like.new_empty(numel) if workspace is None else workspace.buffer(name, numel, like)
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:

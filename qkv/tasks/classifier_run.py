@@ -1,0 +1,44 @@
+"""A classifier run from start to score: train with the preset, reload the best
+checkpoint, score it on the test split (what ``qkv train classifier`` does)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..training import TrainResult
+from .classifier import CLASSIFIER, ClassifierSetup, classification_data, load_classifier
+from .classifier_eval import ClassifierScores, evaluate_classifier
+from .task import train_with_options
+
+__all__ = ["ClassifierRun", "train_and_score_classifier"]
+
+
+@dataclass(frozen=True)
+class ClassifierRun:
+    """A finished classifier run: how it ended, the checkpoint it keeps (the best, else the
+    last), that model's parameter count and its scores on the test split."""
+
+    result: TrainResult
+    checkpoint: Path
+    parameters: int
+    scores: ClassifierScores
+
+
+def train_and_score_classifier(
+    setup: ClassifierSetup,
+    out_dir: str | Path,
+    *,
+    given: dict,
+    resume: bool = False,
+    say: Callable[[str], object] | None = None,
+) -> ClassifierRun:
+    """Train with the preset's values except those ``given`` (TrainConfig fields), reload
+    the best checkpoint and score it on the test split."""
+    result = train_with_options(CLASSIFIER, setup, out_dir, given=given, resume=resume, say=say)
+    best = result.best_checkpoint or result.last_checkpoint
+    model, _ = load_classifier(best)
+    scores = evaluate_classifier(model, classification_data(setup, "test"))
+    parameters = sum(p.numel() for p in model.parameters())
+    return ClassifierRun(result, Path(best), parameters, scores)
