@@ -16,7 +16,7 @@ from qkv.plotting import plot_alignment, plot_alignment_grid
 from .registry import explorer_for
 from .views import token_labels
 
-__all__ = ["text_attention", "write_weights", "plot_attention"]
+__all__ = ["text_attention", "write_weights", "plot_attention", "chosen_weights"]
 
 
 def text_attention(model: nn.Module, tokenizer, text: str) -> tuple[str, list[str], list[Tensor]]:
@@ -49,6 +49,28 @@ def write_weights(
     return path
 
 
+def chosen_weights(
+    layers: Sequence[Tensor], layer: int | None, head: int | None, kind: str = "layer(s)"
+) -> tuple[int, Tensor]:
+    """The layer asked for (default: the last) and its (H, Tq, Tk) weights, after checking
+    that it and ``head`` (None: every head) exist; ``kind`` names the layers in the error."""
+    layer = len(layers) - 1 if layer is None else layer
+    if not -len(layers) <= layer < len(layers):
+        raise InputError(
+            f"layer={layer} does not exist: the model has {len(layers)} {kind} "
+            f"(0..{len(layers) - 1})",
+            fields=("layer",),
+        )
+    weights = layers[layer]
+    heads = weights.shape[0]
+    if head is not None and not -heads <= head < heads:
+        raise InputError(
+            f"head={head} does not exist: layer {layer} has {heads} head(s) (0..{heads - 1})",
+            fields=("head",),
+        )
+    return layer, weights
+
+
 def plot_attention(
     layers: Sequence[Tensor],
     query_tokens: Sequence[str],
@@ -62,20 +84,8 @@ def plot_attention(
 ) -> Path:
     """One layer's attention as a heatmap: one head, the mean over heads (default), or every
     head side by side.  ``layers``: per layer (H, Tq, Tk); layer defaults to the last."""
-    layer = len(layers) - 1 if layer is None else layer
-    if not -len(layers) <= layer < len(layers):
-        raise InputError(
-            f"layer={layer} does not exist: the model has {len(layers)} layer(s) "
-            f"(0..{len(layers) - 1})",
-            fields=("layer",),
-        )
-    weights = layers[layer]
+    layer, weights = chosen_weights(layers, layer, head)
     heads = weights.shape[0]
-    if head is not None and not -heads <= head < heads:
-        raise InputError(
-            f"head={head} does not exist: layer {layer} has {heads} head(s) (0..{heads - 1})",
-            fields=("head",),
-        )
     if all_heads:
         titles = [f"{name}, layer {layer}, head {h}" for h in range(heads)]
         return plot_alignment_grid(weights, key_tokens, query_tokens, path, titles=titles)

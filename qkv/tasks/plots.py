@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import InputError
+from ..explore.arrays import chosen_weights
 from ..plotting import plot_alignment, plot_alignment_grid
 from .translator import Translation, Translator
 
@@ -25,20 +25,8 @@ def plot_translation_attention(
     layer: which decoder layer (default: the last); head: which head (default: the average
     over heads); all_heads: one panel per head of the layer instead."""
     layers = translator.cross_attention(translation)  # per layer (H, T, S)
-    layer = len(layers) - 1 if layer is None else layer
-    if not -len(layers) <= layer < len(layers):
-        raise InputError(
-            f"layer={layer} does not exist: the model has {len(layers)} decoder layer(s) "
-            f"(0..{len(layers) - 1})",
-            fields=("layer",),
-        )
-    weights = layers[layer]
+    layer, weights = chosen_weights(layers, layer, head, "decoder layer(s)")
     heads = weights.shape[0]
-    if head is not None and not -heads <= head < heads:
-        raise InputError(
-            f"head={head} does not exist: layer {layer} has {heads} head(s) (0..{heads - 1})",
-            fields=("head",),
-        )
     target = [*translation.tokens, "</s>"][: weights.shape[1]]
     source = translation.source_tokens
     weights = weights[:, : len(target), : len(source)]
