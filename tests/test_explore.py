@@ -378,6 +378,10 @@ def test_qkv_explore_writes_a_page_for_a_translator_and_a_captioner(tmp_path, ca
     assert main(args) == 0
     page = out.read_text(encoding="utf-8")
     assert 'id="qkv-data"' in page and "the fox" in capsys.readouterr().out
+    assert main([*args, "--vectors", "0"]) == 0  # the neuron view of every attention
+    found = re.search(r'id="qkv-data">(.*?)</script>', out.read_text(encoding="utf-8"), re.S)
+    views = json.loads(found.group(1))["inputs"][0]["views"]
+    assert [sorted(view["vectors"]) for view in views] == [["0"]] * 3
 
     model, vocab = tiny_captioner()
     run = tmp_path / "captioner"

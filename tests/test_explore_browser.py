@@ -174,12 +174,38 @@ def test_show_layer_2_head_3_draws_that_heads_weights(browser, pages):
             assert abs(float(weight) - float(expected[row, col])) <= TOLERANCE
 
 
-def test_the_neuron_panel_says_a_translator_page_holds_no_q_k_v(browser, pages):
-    open_page(browser, pages, "transformer")
+def test_the_neuron_panel_says_which_layers_a_translator_page_holds_q_k_v_for(browser, pages):
+    open_page(browser, pages, "transformer")  # written without vectors
     browser.execute_script("window.qkv.show({view: 'cross', layer: 1, head: 0})")
     note = browser.find_element("id", "neuron-note").text
-    assert "q, k and v are not stored in this page" in note and "--vectors" in note
+    assert "q, k and v were not stored for layer 1" in note and "--vectors 1" in note
     assert browser.execute_script("return window.qkv.neuron()") is None
+
+
+def test_a_translators_neuron_view_steps_are_the_model_numbers(browser, pages, tmp_path):
+    """With vectors for layer 1, each attention's steps give the model's own weights: the
+    encoder's over the source, the decoder's causal, the cross-attention's over the source."""
+    tokenizer, model = pages["tokenizer"], pages["transformer"]
+    data = explore(model, SENTENCES[:1], tokenizer=tokenizer, max_len=8, vectors=[1])
+    write_html(data, pages["folder"] / "transformer-neuron.html")
+    page = data["inputs"][0]
+    source = torch.tensor([tokenizer.encode(SENTENCES[0])])
+    target = torch.tensor([[BOS_ID, *tokenizer.encode(page["output"])]])
+    with torch.no_grad():
+        attention = model(source, target, need_weights=True).attention
+    open_page(browser, pages, "transformer-neuron")
+    for name in ("encoder", "decoder", "cross"):
+        expected = attention[name][1][0, 3]  # layer 1, head 3: (Tq, Tk)
+        query = expected.shape[0] - 1
+        browser.execute_script(
+            "window.qkv.show(arguments[0])", {"view": name, "layer": 1, "head": 3, "word": query}
+        )
+        steps = browser.execute_script("return window.qkv.neuron()")
+        assert steps["query"] == query
+        seen = query + 1 if name == "decoder" else expected.shape[1]  # causal: j <= i
+        assert len(steps["weights"]) == seen
+        weights = torch.tensor(steps["weights"])
+        assert (weights - expected[query, :seen]).abs().max() < 1e-4
 
 
 def test_mean_and_rollout_are_selectable_like_heads_and_keys_move_the_selection(browser, pages):

@@ -1,13 +1,17 @@
 """The neuron view's data: q, k, v stored for the layers asked for, from which softmax(q k^T
-/ sqrt(d)) (causal for an LM) gives back the model's own weights (RoPE and grouped KV heads
-included); a layer whose positions bias the scores (ALiBi) stores why it has none."""
+/ sqrt(d)) (causal for an LM and a decoder) gives back the model's own weights (RoPE and
+grouped KV heads included; a Transformer translator's encoder, decoder and cross-attention);
+a layer whose positions bias the scores (ALiBi) stores why it has none."""
 
 import pytest
 import torch
 
+from qkv.data import BOS_ID
 from qkv.errors import InputError
-from qkv.explore import causal_attention, explore
+from qkv.explore import causal_attention, explore, teacher_forced_attention
+from qkv.explore.extract import decode_hypotheses
 from qkv.explore.vectors import chosen_layers
+from qkv.models import Transformer, TransformerConfig
 
 from .test_explore_lm import tiny_lm, tiny_tokenizer
 
@@ -52,8 +56,39 @@ def test_bad_vectors_are_one_clear_error():
         chosen_layers("5", 3)
     with pytest.raises(InputError, match="'all' or layer numbers"):
         chosen_layers("first", 3)
-    from .test_explore import tiny_transformer
+    from .test_explore import tiny_rnn
 
     tokenizer = tiny_tokenizer()
     with pytest.raises(InputError, match="neuron view"):
-        explore(tiny_transformer(tokenizer.vocab_size), ["a"], tokenizer=tokenizer, vectors="all")
+        explore(tiny_rnn(tokenizer.vocab_size), ["a"], tokenizer=tokenizer, vectors="all")
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "rope"])
+def test_a_translators_three_attentions_store_vectors_that_give_back_its_weights(positions):
+    from .test_explore import tiny_tokenizer as words
+
+    tokenizer = words()
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        source_vocab_size=tokenizer.vocab_size,
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dropout=0.0,
+        positions=positions,
+    )
+    model = Transformer(config).eval()
+    data = explore(model, ["the quick fox"], tokenizer=tokenizer, max_len=6, vectors=[1])
+    page = data["inputs"][0]
+    source = torch.tensor([tokenizer.encode("the quick fox")])
+    greedy = decode_hypotheses(model, source, max_len=6)[0]  # what the page shows
+    expected = teacher_forced_attention(model, source, torch.tensor([[BOS_ID, *greedy.ids]]))
+    for view in page["views"]:
+        name = view["id"]
+        assert sorted(view["vectors"]) == ["1"] and view["causal"] is (name == "decoder")
+        stored = view["vectors"]["1"]
+        assert len(stored["k"][0]) == len(view["key_tokens"])  # cross: the source's keys
+        weights = softmax_of(stored, causal=view["causal"])
+        assert (weights - expected[name][1]).abs().max() < 1e-4  # 5 significant digits

@@ -106,8 +106,9 @@ def add_sampling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--vectors",
         metavar="all|L,...",
-        help="language models and pretrained folders: store q, k, v of these layers for the "
-        "page's neuron view (default: none; 'all' grows the page by 3 x T x d per layer)",
+        help="language models, pretrained folders and Transformer translators: store q, k, v "
+        "of these layers for the page's neuron view (default: none; 'all' grows the page by "
+        "3 x T x d per layer and attention)",
     )
 
 
@@ -131,7 +132,10 @@ def _explore(args: argparse.Namespace) -> int:
     if args.generate and not explorer_of_type(model_type).generates:
         raise InputError("--generate N is for language models; this checkpoint decodes")
     if args.vectors is not None and not explorer_of_type(model_type).vectors:
-        raise InputError("--vectors (the neuron view) is for language models and encoders")
+        raise InputError(
+            "--vectors (the neuron view) is for language models, pretrained folders and "
+            "Transformer translators"
+        )
     if explorer_of_type(model_type).takes_labels:  # a classifier: pictures or test items
         data = _classifier_data(args)
     else:
@@ -202,6 +206,8 @@ def _decoder_data(args: argparse.Namespace, model_type: str) -> dict:
         data = explore(captioner.model, images, tokenizer=captioner.vocab, names=names, **options)
     else:
         translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
+        if args.vectors is not None:
+            options["vectors"] = args.vectors  # a Transformer (checked above)
         data = explore(translator.model, inputs, tokenizer=translator.tokenizer, **options)
     return data
 

@@ -68,8 +68,9 @@ def explore(
         prompt alone), with ``temperature`` (0 = greedy), ``top_k`` and ``seed`` as in
         :func:`qkv.decoding.sample`, stopping at an end token of ``eos_ids`` (a pretrained
         folder's ``eos_token_id``).
-    vectors: language models and encoders: the layers whose queries, keys and values the
-        page stores for its neuron view ("all", or layer indices; default none).
+    vectors: language models, encoders and Transformer translators: the layers whose
+        queries, keys and values the page stores for its neuron view ("all", or layer
+        indices; default none), in every attention of the layer.
 
     Render the result with :func:`qkv.explore.render_html`.
     """
@@ -87,7 +88,8 @@ def explore(
         raise InputError(f"generate is for language models; a {model_type!r} model decodes")
     if vectors is not None and not adapter.vectors:
         raise InputError(
-            f"vectors (the neuron view) are for self-attention models, not {model_type!r}"
+            "vectors (the neuron view) are for language models, encoders and Transformer "
+            f"translators, not {model_type!r}"
         )
     if adapter.takes_labels and classes is None and _is_names(tokenizer):
         classes, tokenizer = list(tokenizer), None

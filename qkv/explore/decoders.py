@@ -1,7 +1,8 @@
 """Explorer adapters for the encoder-decoder families, which decode each input first:
 
 - Transformer: the best hypothesis of the search, then the encoder self-, decoder self- and
-  cross-attention of every layer and head (plus, per layer, the encoder's attention rollout).
+  cross-attention of every layer and head (plus, per layer, the encoder's attention rollout,
+  and q, k, v of the layers asked for, for the neuron view).
 - RNN with attention: the target x source alignment of the greedy hypothesis and of every
   beam hypothesis, each with its score.
 - Captioner: the same per hypothesis over the image regions, the gate beta per word where
@@ -68,8 +69,11 @@ class TranslatorAdapter(ExplorerAdapter):
         """The hypotheses the page shows, out of greedy then every beam one."""
 
     @abstractmethod
-    def hypothesis_views(self, model, source, shown, source_tokens, tokenizer) -> list[dict]:
-        """The page's views of the hypotheses shown."""
+    def hypothesis_views(
+        self, model, source, shown, source_tokens, tokenizer, vectors=None
+    ) -> list[dict]:
+        """The page's views of the hypotheses shown (with q, k and v of the layers
+        ``vectors`` asks for, where the family has a neuron view)."""
 
     def pages(self, model, inputs, request: ExploreRequest) -> list[dict[str, Any]]:
         return [self._page(model, item, index, request) for index, item in enumerate(inputs)]
@@ -96,7 +100,9 @@ class TranslatorAdapter(ExplorerAdapter):
             "output": decoded_text(tokenizer, shown[0].ids),
             "output_tokens": token_labels(tokenizer, shown[0].ids),
             "score": shown[0].score,
-            "views": self.hypothesis_views(model, source, shown, source_tokens, tokenizer),
+            "views": self.hypothesis_views(
+                model, source, shown, source_tokens, tokenizer, request.vectors
+            ),
         }
 
 
@@ -104,6 +110,7 @@ class TransformerAdapter(TranslatorAdapter):
     """The best hypothesis (the beam's, else greedy) and its three attentions."""
 
     kind, views = "transformer", ("encoder", "decoder", "cross")
+    vectors = True
 
     def facts(self, model: nn.Module) -> dict[str, Any]:
         config = model.config
@@ -119,8 +126,10 @@ class TransformerAdapter(TranslatorAdapter):
     def shown(self, hypotheses: list[Decoded], beam: int) -> list[Decoded]:
         return [hypotheses[1] if beam > 1 else hypotheses[0]]
 
-    def hypothesis_views(self, model, source, shown, source_tokens, tokenizer) -> list[dict]:
-        return transformer_views(model, source, shown[0], source_tokens, tokenizer)
+    def hypothesis_views(
+        self, model, source, shown, source_tokens, tokenizer, vectors=None
+    ) -> list[dict]:
+        return transformer_views(model, source, shown[0], source_tokens, tokenizer, vectors)
 
 
 class RNNAdapter(TranslatorAdapter):
@@ -134,7 +143,9 @@ class RNNAdapter(TranslatorAdapter):
     def shown(self, hypotheses: list[Decoded], beam: int) -> list[Decoded]:
         return hypotheses
 
-    def hypothesis_views(self, model, source, shown, source_tokens, tokenizer) -> list[dict]:
+    def hypothesis_views(
+        self, model, source, shown, source_tokens, tokenizer, vectors=None
+    ) -> list[dict]:
         return [alignment_view(model, source, h, source_tokens, tokenizer) for h in shown]
 
 

@@ -1,10 +1,11 @@
-"""The query, key and value vectors of a self-attention, for the page's neuron view: the
+"""The query, key and value vectors of an attention, for the page's neuron view: the
 step-by-step of one query, ``z_i = sum_j softmax_j(q_i . k_j / sqrt(d)) v_j``.
 
 They are caught as the model runs (a forward hook on each asked-for layer's
-:class:`~qkv.layers.MultiHeadAttention` reads its input ``x``) and recomputed from the
-layer's own projections, ``W_Q x + b_Q`` and so on, split into heads and rotated by the
-layer's attention positions (RoPE) as the layer does before its scores.  A layer whose
+:class:`~qkv.layers.MultiHeadAttention` reads its inputs: ``x`` for a self-attention, the
+query states and the memory for a cross-attention) and recomputed from the layer's own
+projections, ``W_Q x + b_Q`` and so on, split into heads and rotated by the layer's
+attention positions (RoPE) as the layer does before its scores.  A layer whose
 positions add a bias to the scores (ALiBi) is not stored: the page's steps would not be the
 model's, and the page says so.
 """
@@ -59,7 +60,8 @@ def chosen_layers(vectors: str | Sequence[int] | None, count: int) -> list[int]:
 @contextlib.contextmanager
 def catch_vectors(modules: Sequence[nn.Module], layers: Sequence[int]) -> Iterator[dict]:
     """While the block runs, fills {layer: {"q", "k", "v"} or {"absent": reason}} for the
-    layers asked for; q (H, T, Dh), k and v (Hkv, T, Dh), float32 on the CPU, one sequence."""
+    layers asked for; q (H, Tq, Dh), k and v (Hkv, Tk, Dh) (Tk = Tq for a self-attention),
+    float32 on the CPU, one sequence."""
     caught: dict[int, dict] = {}
     handles = []
     for layer in layers:
@@ -81,24 +83,30 @@ def _hook(module: MultiHeadAttention, layer: int, caught: dict):
     def read(_module, args, kwargs):
         x = args[0] if args else kwargs["query"]
         key = args[1] if len(args) > 1 else kwargs.get("key")
-        if key is not None or kwargs.get("cache") is not None:
-            caught[layer] = {"absent": "the neuron view shows self-attention without a cache"}
+        value = args[2] if len(args) > 2 else kwargs.get("value")
+        if kwargs.get("cache") is not None:
+            caught[layer] = {"absent": "the neuron view shows attention without a cache"}
             return
-        caught[layer] = _vectors(module, x[:1].detach())
+        key = x if key is None else key
+        value = key if value is None else value
+        caught[layer] = _vectors(module, *(t[:1].detach() for t in (x, key, value)))
 
     return read
 
 
-def _vectors(module: MultiHeadAttention, x: Tensor) -> dict:
+def _vectors(module: MultiHeadAttention, x: Tensor, key: Tensor, value: Tensor) -> dict:
     (w_q, b_q), (w_k, b_k), (w_v, b_v) = module.projections()
-    q = _heads(F.linear(x, w_q, b_q), module.num_heads)  # (1, H, T, Dh)
-    k = _heads(F.linear(x, w_k, b_k), module.num_kv_heads)
-    v = _heads(F.linear(x, w_v, b_v), module.num_kv_heads)
+    q = _heads(F.linear(x, w_q, b_q), module.num_heads)  # (1, H, Tq, Dh)
+    k = _heads(F.linear(key, w_k, b_k), module.num_kv_heads)  # (1, Hkv, Tk, Dh)
+    v = _heads(F.linear(value, w_v, b_v), module.num_kv_heads)
     positions = module.positions
     if positions is not None:
-        length = x.shape[1]
         bias = positions.bias(
-            query_start=0, num_queries=length, num_keys=length, device=x.device, dtype=x.dtype
+            query_start=0,
+            num_queries=x.shape[1],
+            num_keys=key.shape[1],
+            device=x.device,
+            dtype=x.dtype,
         )
         if bias is not None:
             name = type(positions).__name__

@@ -4,6 +4,7 @@ with their per-head summaries (the ``views`` entries of the page's data)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +19,7 @@ from qkv.errors import InputError
 
 from .extract import Decoded, teacher_forced_attention
 from .summaries import attention_rollout, head_summary, quantize
+from .vectors import catch_vectors, chosen_layers, stored_from
 
 __all__ = [
     "png_data_uri",
@@ -36,11 +38,25 @@ VIEW_TITLES = {
 }
 
 
-def transformer_views(model, source, best: Decoded, source_tokens, tokenizer) -> list[dict]:
+def transformer_views(
+    model, source, best: Decoded, source_tokens, tokenizer, vectors=None
+) -> list[dict]:
     """Encoder self-, decoder self- and cross-attention of every layer and head for one
-    hypothesis, with the encoder's rollout per layer.  Shapes: source (1, S) token ids."""
+    hypothesis, with the encoder's rollout per layer, and for the layers ``vectors`` asks
+    for (None, "all" or layer numbers) each attention's q, k and v for the neuron view.
+    Shapes: source (1, S) token ids."""
     target_input = torch.tensor([[BOS_ID, *best.ids]], device=source.device)
-    attention = teacher_forced_attention(model, source, target_input)
+    modules = {
+        "encoder": [block.self_attention for block in model.encoder.layers],
+        "decoder": [block.self_attention for block in model.decoder.layers],
+        "cross": [block.cross_attention for block in model.decoder.layers],
+    }
+    with contextlib.ExitStack() as stack:
+        caught = {
+            name: stack.enter_context(catch_vectors(found, chosen_layers(vectors, len(found))))
+            for name, found in modules.items()
+        }
+        attention = teacher_forced_attention(model, source, target_input)
     inputs = ["<s>", *token_labels(tokenizer, best.ids)]
     produced = [*inputs[1:], _end_label(best)]
     sides = {
@@ -56,6 +72,8 @@ def transformer_views(model, source, best: Decoded, source_tokens, tokenizer) ->
             for layer, rollout in zip(view["layers"], attention_rollout(layers), strict=True):
                 layer["rollout"] = quantize(rollout)
                 layer["rollout_summary"] = head_summary(rollout, self_attention=True)
+        count = len(modules[name])
+        view.update(causal=name == "decoder", vectors=stored_from(caught[name], vectors, count))
         views.append(view)
     return views
 

@@ -65,9 +65,9 @@ function renderNeuron(x, v, s) {
   const i = Math.min(s.word, v.query_tokens.length - 1);
   $("neuron-title").textContent = `neuron view: layer ${s.layer}, ${headName(s.head)}, query ${i} \u201c${v.query_tokens[i]}\u201d`;
   box.replaceChildren();
-  if (v.vectors === undefined) { // a kind whose pages never store them (a translator's views)
+  if (v.vectors === undefined) { // a kind whose pages never store them (RNN and captioner views)
     note.textContent = `q, k and v are not stored in this page for the ${v.title}: the neuron ` +
-      "view is written for language models and encoders, with qkv explore --vectors";
+      "view is written for language models, encoders and Transformer translators, with qkv explore --vectors";
     return;
   }
   const vec = v.vectors[String(s.layer)];
