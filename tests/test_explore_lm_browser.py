@@ -192,16 +192,21 @@ def test_a_char_level_lm_on_chinese_text_shows_the_characters(browser, pages, tm
     assert "我" in browser.execute_script("return window.qkv.svg('head')")
 
 
-@pytest.mark.parametrize("window", [None, 100])
-def test_a_long_input_is_computed_in_the_page_within_the_stated_error(browser, pages, window):
+@pytest.mark.parametrize("window, kv_heads", [(None, 4), (100, 2)])
+def test_a_long_input_is_computed_in_the_page_within_the_stated_error(
+    browser, pages, window, kv_heads
+):
     """Past DENSE_TOKENS the page holds q and k (float16) and computes a head's weights when
     shown, and the mean and rollout from them; they equal the model's within the errors the
-    page states, plus its rounding.  A sliding window's keys are the model's too."""
+    page states, plus its rounding.  A sliding window's keys are the model's too, and grouped
+    KV heads read the k they share."""
     from qkv.data import CharTokenizer
     from qkv.explore import attention_rollout
 
     tokenizer = CharTokenizer.train(["abcdefghijklmnopqrstuvwxyz"])
-    model = tiny_lm(tokenizer.vocab_size, layers=2, heads=4, max_len=1024, window=window)
+    model = tiny_lm(
+        tokenizer.vocab_size, layers=2, heads=4, num_kv_heads=kv_heads, max_len=1024, window=window
+    )
     ids = torch.randint(
         4, tokenizer.vocab_size, (1024,), generator=torch.Generator().manual_seed(0)
     )

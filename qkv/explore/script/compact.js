@@ -25,19 +25,32 @@ function bytesOf(b64) {
   return bytes;
 }
 
-function halvesOf(b64) {
-  const codes = new Uint16Array(bytesOf(b64).buffer), out = new Float64Array(codes.length);
-  const table = halfTable();
-  for (let i = 0; i < codes.length; i++) out[i] = table[codes[i]];
+/** Float16 numbers first .. first + count - 1 of a base64 string of little-endian halves,
+    as float64: only the base64 groups that hold them are decoded (3 bytes in 4 characters). */
+function halvesAt(b64, first, count) {
+  const start = 2 * first, group = Math.floor(start / 3), skip = start - 3 * group;
+  const groups = Math.ceil((skip + 2 * count) / 3);
+  const text = atob(b64.slice(4 * group, 4 * (group + groups)));
+  const table = halfTable(), out = new Float64Array(count);
+  for (let n = 0, b = skip; n < count; n++, b += 2) {
+    out[n] = table[text.charCodeAt(b) | (text.charCodeAt(b + 1) << 8)];
+  }
   return out;
 }
 
-const decoded = new Map(); // "input/view/layer" -> {q, k}, Float64Arrays
+const decoded = new Map(); // "input/view/layer/q|k/head" -> that head's T x d, float64
 
-function vectorsOf(input, v, layer) {
-  const where = `${input}/${v.id}/${layer}`, c = v.layers[layer].compact;
-  if (!decoded.has(where)) decoded.set(where, { q: halvesOf(c.q), k: halvesOf(c.k) });
-  return decoded.get(where);
+/** One head's q and the k of the key/value head it reads (grouped KV heads share one),
+    each T x d, decoded from the layer's halves when first shown and kept. */
+function headVectors(input, v, layer, head) {
+  const c = v.layers[layer].compact, size = c.length * c.dim;
+  const kv = Math.floor(head / (c.heads / c.kv_heads)), where = `${input}/${v.id}/${layer}`;
+  const part = (name, index) => {
+    const key = `${where}/${name}/${index}`;
+    if (!decoded.has(key)) decoded.set(key, halvesAt(c[name], index * size, size));
+    return decoded.get(key);
+  };
+  return { q: part("q", head), k: part("k", kv) };
 }
 
 /** The keys query i sees, [first, end): causal, and within the window where there is one. */
@@ -46,31 +59,43 @@ function keyRange(c, i) {
   return [c.window ? Math.max(0, i - c.window + 1) : 0, end];
 }
 
-/** Adds share x one head's weights into out (T x T, row-major, float64). */
-function addHeadWeights(c, vectors, head, out, share) {
-  const T = c.length, d = c.dim, kv = Math.floor(head / (c.heads / c.kv_heads));
-  const { q, k } = vectors, scores = new Float64Array(T), qi = new Float64Array(d);
-  const tail = d - (d % 4);
-  for (let i = 0; i < T; i++) {
-    const [first, end] = keyRange(c, i), qBase = (head * T + i) * d;
-    for (let e = 0; e < d; e++) qi[e] = q[qBase + e];
-    let top = -Infinity;
+/** Adds share x softmax(scores[from + first .. from + end)) into out[base + first ..]. */
+function addSoftmax(scores, from, first, end, out, base, share) {
+  let top = -Infinity;
+  for (let j = first; j < end; j++) if (scores[from + j] > top) top = scores[from + j];
+  let total = 0;
+  for (let j = first; j < end; j++) {
+    const e = Math.exp(scores[from + j] - top);
+    scores[from + j] = e; total += e;
+  }
+  const factor = share / total;
+  for (let j = first; j < end; j++) out[base + j] += scores[from + j] * factor;
+}
+
+/** Adds share x one head's weights into out (T x T, row-major, float64): for each query the
+    scores q_i . k_j / sqrt(d) over the keys it sees, then their softmax.  Two queries at a
+    time, so that each key read serves both (the loop runs about twice as fast as one row at
+    a time), with two running sums each. */
+function addHeadWeights(c, vectors, out, share) {
+  const T = c.length, d = c.dim, even = d - (d % 2), { q, k } = vectors;
+  const scores = new Float64Array(2 * T);
+  for (let i = 0; i < T; i += 2) {
+    const pair = i + 1 < T, r0 = keyRange(c, i), r1 = pair ? keyRange(c, i + 1) : r0;
+    const first = Math.min(r0[0], r1[0]), end = Math.max(r0[1], r1[1]);
+    const q0 = i * d, q1 = pair ? q0 + d : q0;
     for (let j = first; j < end; j++) {
-      const kj = (kv * T + j) * d;
-      let a = 0, b = 0, x = 0, y = 0; // four running sums: the loop runs about twice as fast
-      for (let e = 0; e < tail; e += 4) {
-        a += qi[e] * k[kj + e]; b += qi[e + 1] * k[kj + e + 1];
-        x += qi[e + 2] * k[kj + e + 2]; y += qi[e + 3] * k[kj + e + 3];
+      const kj = j * d;
+      let a = 0, b = 0, x = 0, y = 0;
+      for (let e = 0; e < even; e += 2) {
+        const k0 = k[kj + e], k1 = k[kj + e + 1];
+        a += q[q0 + e] * k0; b += q[q0 + e + 1] * k1;
+        x += q[q1 + e] * k0; y += q[q1 + e + 1] * k1;
       }
-      for (let e = tail; e < d; e++) a += qi[e] * k[kj + e];
-      const score = (a + b + x + y) * c.scale;
-      scores[j] = score;
-      if (score > top) top = score;
+      if (even < d) { a += q[q0 + even] * k[kj + even]; x += q[q1 + even] * k[kj + even]; }
+      scores[j] = (a + b) * c.scale; scores[T + j] = (x + y) * c.scale;
     }
-    let total = 0;
-    for (let j = first; j < end; j++) { scores[j] = Math.exp(scores[j] - top); total += scores[j]; }
-    const base = i * T, factor = share / total;
-    for (let j = first; j < end; j++) out[base + j] += scores[j] * factor;
+    addSoftmax(scores, 0, r0[0], r0[1], out, i * T, share);
+    if (pair) addSoftmax(scores, T, r1[0], r1[1], out, (i + 1) * T, share);
   }
   return out;
 }
@@ -92,10 +117,10 @@ const jobs = new Map(); // the same keys -> {steps: a generator, progress: what 
 function* meanSteps(input, v, layer) {
   const key = `${input}/${v.id}/${layer}/mean`;
   if (results.has(key)) return results.get(key);
-  const c = v.layers[layer].compact, vectors = vectorsOf(input, v, layer);
+  const c = v.layers[layer].compact;
   const out = new Float64Array(c.length * c.length);
   for (let h = 0; h < c.heads; h++) {
-    addHeadWeights(c, vectors, h, out, 1 / c.heads);
+    addHeadWeights(c, headVectors(input, v, layer, h), out, 1 / c.heads);
     yield `layer ${layer}: head ${h + 1} of ${c.heads} computed`;
   }
   results.set(key, out);
@@ -179,7 +204,7 @@ function compactMatrix(input, v, layer, head) {
   let weights;
   if (head === "mean") weights = later(key, () => meanSteps(input, v, layer));
   else if (head === "rollout") weights = later(key, () => rolloutSteps(input, v, layer));
-  else weights = addHeadWeights(c, vectorsOf(input, v, layer), head, new Float64Array(T * T), 1);
+  else weights = addHeadWeights(c, headVectors(input, v, layer, head), new Float64Array(T * T), 1);
   if (weights === null) return null;
   const rows = roundedRows(weights, T);
   computed.set(key, rows);

@@ -71,7 +71,13 @@ const PALETTE = new Uint32Array(256).map((_, t) => {
   return ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
 });
 const css = (rgb) => "rgb(" + rgb.join(",") + ")";
-const maxOf = (m) => Math.max(1, ...m.map((row) => Math.max(...row)));
+/** The largest entry of a matrix (rows of numbers), at least 1: a loop, since spreading a
+    1,024-entry row into Math.max takes tens of ms over a long page's matrix. */
+function maxOf(m) {
+  let top = 1;
+  for (const row of m) for (let j = 0; j < row.length; j++) if (row[j] > top) top = row[j];
+  return top;
+}
 const themed = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 const short = (label, most = 14) => (label.length > most ? label.slice(0, most - 1) + "\u2026" : label);
 
