@@ -27,7 +27,6 @@ import qkv.training.validation as validation_module
 from qkv.cli.main import main as qkv_main
 from qkv.data.batching import TokenBatchSampler
 from qkv.training import TrainConfig
-from qkv.training.optimizer import make_optimizer
 from qkv.training.progress import ProgressBar
 from qkv.training.step import TrainStep
 
@@ -163,13 +162,14 @@ def weights_of(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def bare_step_rate(run: dict[str, Any], *, seconds: float) -> tuple[float, float, int]:
     """Target tokens/s and items/s of qkv's TrainStep on the run's recorded batches (a copy of
-    its model and a fresh optimizer, so the run's weights stay as they are), cycling through
-    them for about ``seconds``; and the steps timed."""
+    its model and a fresh optimizer with the run's settings, weight decay and betas included,
+    so the run's weights stay as they are and the update costs what the run's did), cycling
+    through them for about ``seconds``; and the steps timed."""
     ran: TrainStep = run["train_step"]
     model = copy.deepcopy(ran.model)
     model.train()
     config = TrainConfig(label_smoothing=ran.label_smoothing, clip_norm=ran.clip_norm, lr=1e-4)
-    optimizer = make_optimizer(model, config)
+    optimizer = same_optimizer(ran.optimizer, ran.model, model)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     step = TrainStep(model, model, optimizer, scheduler, config, ran.context)
     groups = run["groups"]
@@ -183,6 +183,23 @@ def bare_step_rate(run: dict[str, Any], *, seconds: float) -> tuple[float, float
         items += sum(len(batch.index) for batch in micro_batches)
     elapsed = time.perf_counter() - start
     return tokens / elapsed, items / elapsed, steps
+
+
+def same_optimizer(
+    optimizer: torch.optim.Optimizer, model: nn.Module, copied: nn.Module
+) -> torch.optim.Optimizer:
+    """A fresh optimizer of ``optimizer``'s class and groups (each group's settings: lr,
+    weight decay, betas) over ``copied``'s parameters, ``copied`` being a deep copy of
+    ``model``."""
+    twin = dict(zip(map(id, model.parameters()), copied.parameters(), strict=True))
+    groups = [
+        {
+            **{k: v for k, v in group.items() if k != "params"},
+            "params": [twin[id(p)] for p in group["params"]],
+        }
+        for group in optimizer.param_groups
+    ]
+    return type(optimizer)(groups)
 
 
 def breakdown_rows(run: dict[str, Any]) -> list[list[object]]:
