@@ -83,8 +83,8 @@ def attention(
     A query whose every key is masked gets output 0 and weights 0 (finite gradients),
     never NaN, on every backend.
     """
-    args = (query, key, value, mask, causal, score, scale, dropout, need_weights, weights_grad)
-    _, run = _route(*args, backend, block_mask, score_mod)
+    call_args = (query, key, value, mask, causal, score, scale, dropout, need_weights)
+    _, run = _route(call_args, weights_grad, backend, block_mask, score_mod)
     return run()
 
 
@@ -99,7 +99,8 @@ def explain_backend(query: Tensor, key: Tensor, value: Tensor, **options: Any) -
     ``score_mod`` goes to "flex"."""
     bound = _ATTENTION_SIGNATURE.bind(query, key, value, **options)
     bound.apply_defaults()
-    choice, _ = _route(*bound.arguments.values())
+    arguments = tuple(bound.arguments.values())  # in attention's order
+    choice, _ = _route(arguments[:9], *arguments[9:])
     return choice
 
 
@@ -107,28 +108,22 @@ explain_backend.__signature__ = _ATTENTION_SIGNATURE.replace(return_annotation="
 
 
 def _route(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor | None,
-    causal: bool,
-    score: str,
-    scale: float | None,
-    dropout: float,
-    need_weights: bool,
+    call_args: tuple,
     weights_grad: bool,
     backend: str,
     block_mask: BlockMask | None,
     score_mod: ScoreMod | None,
 ) -> tuple[BackendChoice, Callable[[], AttentionOutput]]:
-    """Where attention's arguments (in its order) go, and the call that runs them there:
-    the one decision :func:`attention` carries out and :func:`explain_backend` reports."""
+    """Where a call goes -- ``call_args``: attention's first nine arguments, as
+    :func:`_make_call` takes them -- and the function that runs it there: the one decision
+    :func:`attention` carries out and :func:`explain_backend` reports."""
     if block_mask is not None or score_mod is not None:
+        query, key, value, mask, causal, score, scale, dropout, need_weights = call_args
         _check_flex_call(mask, dropout, need_weights, backend, causal and block_mask is not None)
         choice = BackendChoice("flex", {name: FLEX_REASON for name in available_backends()})
         args = (query, key, value, block_mask, score_mod, causal, score, scale)
         return choice, functools.partial(_flex_call, *args)
-    call = _make_call(query, key, value, mask, causal, score, scale, dropout, need_weights)
+    call = _make_call(*call_args)
     if not (call.need_weights and not weights_grad):
         impl, choice = choose_backend(call, backend)
         return choice, functools.partial(impl.run, call)
