@@ -21,7 +21,7 @@ from .backends import (
 from .backends.explicit import explicit_attention, supports_explicit
 from .backends.explicit_backend import inspection_weights
 from .block_mask import BlockMask, create_block_mask
-from .checks import check_causal, check_mask, check_tensors
+from .checks import check_call, check_causal, check_tensors
 from .flex import ScoreMod, flex_attention
 from .heads import repeat_kv
 from .scores import resolve_scale
@@ -228,9 +228,7 @@ def _make_call(
     dropout: float,
     need_weights: bool,
 ) -> AttentionCall:
-    check_tensors(query, key, value)
-    mask = check_mask(mask, query, key)
-    check_causal(causal, query.shape[2], key.shape[2])
+    mask = check_call(query, key, value, mask, causal)
     if not 0.0 <= dropout < 1.0:
         raise InputError(f"dropout={dropout} must be in [0, 1)")
     heads, kv_heads = query.shape[1], key.shape[1]
