@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable
-from typing import Any
 
 from torch import Tensor
 
@@ -88,23 +86,29 @@ def attention(
     return run()
 
 
-_ATTENTION_SIGNATURE = inspect.signature(attention)
-
-
-def explain_backend(query: Tensor, key: Tensor, value: Tensor, **options: Any) -> BackendChoice:
-    """Which backend :func:`attention` would run with these arguments (``options``: exactly
-    its keyword arguments), and what ruled out each faster one.
-    ``print(explain_backend(q, k, v, need_weights=True))``.  Weights for inspection
-    (``weights_grad=False``) go to "explicit" where it can serve them; a ``block_mask`` or
-    ``score_mod`` goes to "flex"."""
-    bound = _ATTENTION_SIGNATURE.bind(query, key, value, **options)
-    bound.apply_defaults()
-    arguments = tuple(bound.arguments.values())  # in attention's order
-    choice, _ = _route(arguments[:9], *arguments[9:])
+def explain_backend(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    score: str = "scaled_dot",
+    scale: float | None = None,
+    dropout: float = 0.0,
+    need_weights: bool = False,
+    weights_grad: bool = True,
+    backend: str = "auto",
+    block_mask: BlockMask | None = None,
+    score_mod: ScoreMod | None = None,
+) -> BackendChoice:
+    """Which backend :func:`attention` would run with these arguments, and what ruled out
+    each faster one.  ``print(explain_backend(q, k, v, need_weights=True))``.  Weights for
+    inspection (``weights_grad=False``) go to "explicit" where it can serve them; a
+    ``block_mask`` or ``score_mod`` goes to "flex"."""
+    call_args = (query, key, value, mask, causal, score, scale, dropout, need_weights)
+    choice, _ = _route(call_args, weights_grad, backend, block_mask, score_mod)
     return choice
-
-
-explain_backend.__signature__ = _ATTENTION_SIGNATURE.replace(return_annotation="BackendChoice")
 
 
 def _route(
