@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from torch import Tensor
 
 from ..errors import InputError
 from .backends import (
     AttentionCall,
     AttentionOutput,
+    Backend,
     BackendChoice,
     available_backends,
     choose_backend,
@@ -15,7 +19,7 @@ from .backends import (
 from .backends.explicit import explicit_attention, supports_explicit
 from .backends.explicit_backend import inspection_weights
 from .block_mask import BlockMask, create_block_mask
-from .checks import check_causal, check_mask, check_tensors
+from .checks import check_call, check_causal, check_tensors
 from .flex import ScoreMod, flex_attention
 from .heads import repeat_kv
 from .scores import resolve_scale
@@ -77,14 +81,65 @@ def attention(
     A query whose every key is masked gets output 0 and weights 0 (finite gradients),
     never NaN, on every backend.
     """
+    call_args = (query, key, value, mask, causal, score, scale, dropout, need_weights)
+    _, run = _route(call_args, weights_grad, backend, block_mask, score_mod)
+    return run()
+
+
+def explain_backend(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    score: str = "scaled_dot",
+    scale: float | None = None,
+    dropout: float = 0.0,
+    need_weights: bool = False,
+    weights_grad: bool = True,
+    backend: str = "auto",
+    block_mask: BlockMask | None = None,
+    score_mod: ScoreMod | None = None,
+) -> BackendChoice:
+    """Which backend :func:`attention` would run with these arguments, and what ruled out
+    each faster one.  ``print(explain_backend(q, k, v, need_weights=True))``.  Weights for
+    inspection (``weights_grad=False``) go to "explicit" where it can serve them; a
+    ``block_mask`` or ``score_mod`` goes to "flex"."""
+    call_args = (query, key, value, mask, causal, score, scale, dropout, need_weights)
+    choice, _ = _route(call_args, weights_grad, backend, block_mask, score_mod)
+    return choice
+
+
+def _route(
+    call_args: tuple,
+    weights_grad: bool,
+    backend: str,
+    block_mask: BlockMask | None,
+    score_mod: ScoreMod | None,
+) -> tuple[BackendChoice, Callable[[], AttentionOutput]]:
+    """Where a call goes -- ``call_args``: attention's first nine arguments, as
+    :func:`_make_call` takes them -- and the function that runs it there: the one decision
+    :func:`attention` carries out and :func:`explain_backend` reports."""
     if block_mask is not None or score_mod is not None:
+        query, key, value, mask, causal, score, scale, dropout, need_weights = call_args
         _check_flex_call(mask, dropout, need_weights, backend, causal and block_mask is not None)
-        return _flex_call(query, key, value, block_mask, score_mod, causal, score, scale)
-    call = _make_call(query, key, value, mask, causal, score, scale, dropout, need_weights)
-    if call.need_weights and not weights_grad:
-        return _attention_for_inspection(call, backend)
-    impl, _ = choose_backend(call, backend)
-    return impl.run(call)
+        choice = BackendChoice("flex", {name: FLEX_REASON for name in available_backends()})
+        args = (query, key, value, block_mask, score_mod, causal, score, scale)
+        return choice, functools.partial(_flex_call, *args)
+    call = _make_call(*call_args)
+    if not (call.need_weights and not weights_grad):
+        impl, choice = choose_backend(call, backend)
+        return choice, functools.partial(impl.run, call)
+    # weights for inspection: the output with its gradient, the weights without one
+    reason = supports_explicit(call.query, call.mask, call.dropout)
+    if backend == "auto" and reason is None:
+        backend = "explicit"
+    impl, choice = choose_backend(call._replace(need_weights=False), backend)
+    if backend == "explicit":  # one matrix: output, weights and backward
+        return choice, functools.partial(impl.run, call)
+    passed_over = {"explicit": reason or f"backend={backend!r} requested", **choice.passed_over}
+    return BackendChoice(choice.backend, passed_over), functools.partial(_beside, impl, call)
 
 
 FLEX_REASON = "block_mask/score_mod: only the flex kernel evaluates mask_mod/score_mod per tile"
@@ -126,16 +181,10 @@ def _flex_call(query, key, value, block_mask, score_mod, causal, score, scale) -
     return AttentionOutput(output, None)
 
 
-def _attention_for_inspection(call: AttentionCall, backend: str) -> AttentionOutput:
-    """The output with its gradient, and weights without one."""
-    if backend == "auto" and supports_explicit(call.query, call.mask, call.dropout) is None:
-        backend = "explicit"
-    if backend == "explicit":  # one matrix: output, weights and backward
-        impl, _ = choose_backend(call._replace(need_weights=False), backend)
-        return impl.run(call)
-    impl, _ = choose_backend(call._replace(need_weights=False), backend)
+def _beside(impl: Backend, call: AttentionCall) -> AttentionOutput:
+    """The output from ``impl``; the weights (dropout or half precision) computed beside it,
+    without autograd."""
     output = impl.run(call._replace(need_weights=False)).output
-    # dropout or half precision: the weights computed beside, without autograd
     weights = inspection_weights(call.query, call.key, call.mask, call.causal, call.scale)
     return AttentionOutput(output, weights)
 
@@ -172,42 +221,6 @@ def attention_with_weights(
     return AttentionOutput(output, weights)
 
 
-def explain_backend(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    *,
-    mask: Tensor | None = None,
-    causal: bool = False,
-    score: str = "scaled_dot",
-    scale: float | None = None,
-    dropout: float = 0.0,
-    need_weights: bool = False,
-    weights_grad: bool = True,
-    backend: str = "auto",
-    block_mask: BlockMask | None = None,
-    score_mod: ScoreMod | None = None,
-) -> BackendChoice:
-    """Which backend :func:`attention` would run with these arguments, and what ruled out
-    each faster one.  ``print(explain_backend(q, k, v, need_weights=True))``.  Weights for
-    inspection (``weights_grad=False``) go to "explicit" where it can serve them; a
-    ``block_mask`` or ``score_mod`` goes to "flex"."""
-    if block_mask is not None or score_mod is not None:
-        _check_flex_call(mask, dropout, need_weights, backend, causal and block_mask is not None)
-        return BackendChoice("flex", {name: FLEX_REASON for name in available_backends()})
-    call = _make_call(query, key, value, mask, causal, score, scale, dropout, need_weights)
-    if not (call.need_weights and not weights_grad):
-        return choose_backend(call, backend)[1]
-    reason = supports_explicit(call.query, call.mask, call.dropout)
-    if backend == "auto" and reason is None:
-        return BackendChoice("explicit")
-    if backend == "explicit":
-        return choose_backend(call._replace(need_weights=False), backend)[1]
-    choice = choose_backend(call._replace(need_weights=False), backend)[1]
-    passed_over = {"explicit": reason or f"backend={backend!r} requested", **choice.passed_over}
-    return BackendChoice(choice.backend, passed_over)
-
-
 def _make_call(
     query: Tensor,
     key: Tensor,
@@ -219,9 +232,7 @@ def _make_call(
     dropout: float,
     need_weights: bool,
 ) -> AttentionCall:
-    check_tensors(query, key, value)
-    mask = check_mask(mask, query, key)
-    check_causal(causal, query.shape[2], key.shape[2])
+    mask = check_call(query, key, value, mask, causal)
     if not 0.0 <= dropout < 1.0:
         raise InputError(f"dropout={dropout} must be in [0, 1)")
     heads, kv_heads = query.shape[1], key.shape[1]

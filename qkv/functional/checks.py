@@ -10,7 +10,18 @@ from torch import Tensor
 
 from ..errors import InputError
 
-__all__ = ["check_tensors", "check_mask", "check_causal"]
+__all__ = ["check_call", "check_tensors", "check_mask", "check_causal"]
+
+
+def check_call(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, causal: bool
+) -> Tensor | None:
+    """The tensors, the mask and the causal alignment of one call, in that order; returns the
+    mask as :func:`check_mask` gives it."""
+    check_tensors(query, key, value)
+    mask = check_mask(mask, query, key)
+    check_causal(causal, query.shape[2], key.shape[2])
+    return mask
 
 
 def check_tensors(query: Tensor, key: Tensor, value: Tensor) -> None:

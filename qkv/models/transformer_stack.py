@@ -185,16 +185,26 @@ def load_torch_transformer(
                 load_torch_encoder_layer(block, layer, where=f"{name}.layers.{index}")
 
 
+# (qkv's submodule, nn.Transformer*Layer's), in the order they are copied: a decoder layer
+# is an encoder layer with cross-attention between its self-attention and its feed-forward.
+_SELF_ATTENTION_PARTS = (("self_attention", "self_attn"), ("self_attention_norm", "norm1"))
+_FEED_FORWARD_PARTS = (("feed_forward.expand", "linear1"), ("feed_forward.contract", "linear2"))
+_ENCODER_PARTS = (*_SELF_ATTENTION_PARTS, *_FEED_FORWARD_PARTS, ("feed_forward_norm", "norm2"))
+_DECODER_PARTS = (
+    *_SELF_ATTENTION_PARTS,
+    ("cross_attention", "multihead_attn"),
+    ("cross_attention_norm", "norm2"),
+    *_FEED_FORWARD_PARTS,
+    ("feed_forward_norm", "norm3"),
+)
+
+
 @torch.no_grad()
 def load_torch_encoder_layer(
     block: EncoderBlock, layer: nn.TransformerEncoderLayer, *, where: str = "layer"
 ) -> None:
     """Copy an ``nn.TransformerEncoderLayer``'s weights into an :class:`EncoderBlock`."""
-    _check_same_kind(block, layer, where)
-    _copy_attention(block.self_attention, layer.self_attn, f"{where}.self_attn")
-    _copy_module(block.self_attention_norm, layer.norm1, f"{where}.norm1")
-    _copy_feed_forward(block, layer, where)
-    _copy_module(block.feed_forward_norm, layer.norm2, f"{where}.norm2")
+    _copy_layer(block, layer, where, _ENCODER_PARTS)
 
 
 @torch.no_grad()
@@ -202,13 +212,17 @@ def load_torch_decoder_layer(
     block: DecoderBlock, layer: nn.TransformerDecoderLayer, *, where: str = "layer"
 ) -> None:
     """Copy an ``nn.TransformerDecoderLayer``'s weights into a :class:`DecoderBlock`."""
+    _copy_layer(block, layer, where, _DECODER_PARTS)
+
+
+def _copy_layer(
+    block: nn.Module, layer: nn.Module, where: str, parts: tuple[tuple[str, str], ...]
+) -> None:
     _check_same_kind(block, layer, where)
-    _copy_attention(block.self_attention, layer.self_attn, f"{where}.self_attn")
-    _copy_module(block.self_attention_norm, layer.norm1, f"{where}.norm1")
-    _copy_attention(block.cross_attention, layer.multihead_attn, f"{where}.multihead_attn")
-    _copy_module(block.cross_attention_norm, layer.norm2, f"{where}.norm2")
-    _copy_feed_forward(block, layer, where)
-    _copy_module(block.feed_forward_norm, layer.norm3, f"{where}.norm3")
+    for ours, theirs in parts:
+        source = layer.get_submodule(theirs)
+        copy = _copy_attention if isinstance(source, nn.MultiheadAttention) else _copy_module
+        copy(block.get_submodule(ours), source, f"{where}.{theirs}")
 
 
 def _check_same_kind(block: nn.Module, layer: nn.Module, where: str) -> None:
@@ -232,11 +246,6 @@ def _torch_activation(activation: object) -> str:
     if isinstance(activation, nn.GELU) and activation.approximate == "tanh":
         return "gelu_tanh"
     return repr(activation)
-
-
-def _copy_feed_forward(block: nn.Module, layer: nn.Module, where: str) -> None:
-    _copy_module(block.feed_forward.expand, layer.linear1, f"{where}.linear1")
-    _copy_module(block.feed_forward.contract, layer.linear2, f"{where}.linear2")
 
 
 def _copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention, where: str) -> None:

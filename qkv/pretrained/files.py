@@ -1,4 +1,5 @@
-"""Reading the files of a Hugging Face model folder: config.json, (sharded) safetensors, tokenizer.json."""
+"""Reading the files of a Hugging Face model folder: config.json, (sharded) safetensors, tokenizer.json;
+the end of every language model's renaming (:func:`finish_lm_state_dict`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from torch import Tensor
 
 from qkv.errors import CheckpointError, MissingFileError
 
-__all__ = ["read_config", "read_safetensors", "FolderTokenizer"]
+__all__ = ["read_config", "read_safetensors", "finish_lm_state_dict", "FolderTokenizer"]
 
 _INDEX = "model.safetensors.index.json"
 
@@ -29,6 +30,32 @@ def read_config(folder: Path) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise CheckpointError(f"{path} holds {type(config).__name__}, not a JSON object")
     return config
+
+
+def finish_lm_state_dict(
+    stored: dict[str, Tensor],
+    out: dict[str, Tensor],
+    *,
+    tie_embeddings: bool,
+    ignored: tuple[str, ...],
+    lacking: str,
+    holding: str,
+) -> dict[str, Tensor]:
+    """``out`` with its output layer -- the token embedding when tied, else the checkpoint's
+    ``lm_head.weight`` -- once every tensor of ``stored`` (what the renaming did not take)
+    but those ending in ``ignored`` (buffers qkv recomputes) is accounted for.  ``lacking`` /
+    ``holding`` open the two errors ("the weights have" / "the weights hold")."""
+    head = stored.pop("lm_head.weight", None)
+    if tie_embeddings:
+        out["output.weight"] = out["token_embedding.weight"]
+    elif head is None:
+        raise CheckpointError(f"tie_word_embeddings is false but {lacking} no lm_head.weight")
+    else:
+        out["output.weight"] = head
+    leftovers = [name for name in stored if not name.endswith(ignored)]
+    if leftovers:
+        raise CheckpointError(f"{holding} tensors qkv does not know: {leftovers[:5]}")
+    return out
 
 
 def read_safetensors(folder: Path) -> dict[str, Tensor]:

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from qkv.errors import CheckpointError
 from qkv.models.lm import TransformerLM, TransformerLMConfig
 
-from .files import FolderTokenizer, read_config, read_safetensors
+from .files import FolderTokenizer, finish_lm_state_dict, read_config, read_safetensors
 
 __all__ = ["load_gpt2", "gpt2_config_from_hf", "GPT2Tokenizer", "PretrainedLM"]
 
@@ -158,17 +158,14 @@ def _qkv_state_dict(stored: dict[str, Tensor], config: TransformerLMConfig) -> d
                 weight.t().contiguous() if their_name in _CONV1D else weight
             )
             out[f"{ours}{our_name}.bias"] = take(f"{theirs}{their_name}.bias")
-    head = stored.pop("lm_head.weight", None)
-    if config.tie_embeddings:
-        out["output.weight"] = out["token_embedding.weight"]
-    elif head is None:
-        raise CheckpointError("tie_word_embeddings is false but the folder has no lm_head.weight")
-    else:
-        out["output.weight"] = head
-    leftovers = [name for name in stored if not name.endswith(("attn.bias", "attn.masked_bias"))]
-    if leftovers:
-        raise CheckpointError(f"model.safetensors holds tensors qkv does not know: {leftovers[:5]}")
-    return out
+    return finish_lm_state_dict(
+        stored,
+        out,
+        tie_embeddings=config.tie_embeddings,
+        ignored=("attn.bias", "attn.masked_bias"),
+        lacking="the folder has",
+        holding="model.safetensors holds",
+    )
 
 
 def _strip(name: str) -> str:

@@ -23,7 +23,7 @@ from qkv.functional.rope_scaling import ROPE_SCALING_RULES, RopeScaling
 from qkv.models.llama import LlamaLM
 from qkv.models.llama_config import LlamaConfig
 
-from .files import FolderTokenizer, read_config, read_safetensors
+from .files import FolderTokenizer, finish_lm_state_dict, read_config, read_safetensors
 from .gpt2 import PretrainedLM, eos_ids
 
 __all__ = ["load_llama", "llama_config_from_hf", "LLAMA_FAMILIES"]
@@ -197,14 +197,11 @@ def _qkv_state_dict(stored: dict[str, Tensor], config: LlamaConfig) -> dict[str,
             out[f"{ours}{our_name}.weight"] = take(f"{theirs}{their_name}.weight")
             if biased.get(their_name, False):  # RMSNorms have no bias
                 out[f"{ours}{our_name}.bias"] = take(f"{theirs}{their_name}.bias")
-    head = stored.pop("lm_head.weight", None)
-    if config.tie_embeddings:
-        out["output.weight"] = out["token_embedding.weight"]
-    elif head is None:
-        raise CheckpointError("tie_word_embeddings is false but the weights have no lm_head.weight")
-    else:
-        out["output.weight"] = head
-    leftovers = [name for name in stored if not name.endswith("rotary_emb.inv_freq")]
-    if leftovers:
-        raise CheckpointError(f"the weights hold tensors qkv does not know: {leftovers[:5]}")
-    return out
+    return finish_lm_state_dict(
+        stored,
+        out,
+        tie_embeddings=config.tie_embeddings,
+        ignored=("rotary_emb.inv_freq",),
+        lacking="the weights have",
+        holding="the weights hold",
+    )

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..checks import check_causal, check_mask, check_tensors
+from ..checks import check_call, check_causal, check_mask, check_tensors
 from ..heads import repeat_kv
 from . import AttentionCall, AttentionOutput, register_backend
 from .chunked_kernel import ChunkedAttentionFunction, compute_dtype
@@ -62,9 +62,7 @@ def chunked_attention(
 
     A query whose every key is masked gets output 0 and zero gradients, never NaN.
     """
-    check_tensors(query, key, value)
-    mask = check_mask(mask, query, key)
-    check_causal(causal, query.shape[2], key.shape[2])
+    mask = check_call(query, key, value, mask, causal)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size={block_size!r} must be a positive int (e.g. 1024)")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
