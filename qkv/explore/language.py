@@ -92,8 +92,12 @@ class LanguageModelAdapter(ExplorerAdapter):
             layers=config.num_layers,
             heads=config.num_heads,
             kv_heads=config.num_kv_heads,
-            positions=config.positions,
+            positions=self.position_scheme(config),
         )
+
+    def position_scheme(self, config: Any) -> str:
+        """The position scheme the page's header names."""
+        return config.positions
 
     def windows(self, model: nn.Module) -> list[int | None]:
         """Per layer its sliding window (query i sees keys i - window < j <= i), or None."""
@@ -202,14 +206,10 @@ class LlamaAdapter(LanguageModelAdapter):
     language model's page; its positions are always (scaled) RoPE."""
 
     def facts(self, model: nn.Module) -> dict[str, Any]:
-        config = model.config
-        return dict(
-            layers=config.num_layers,
-            heads=config.num_heads,
-            kv_heads=config.num_kv_heads,
-            positions="rope",
-            window=config.sliding_window,
-        )
+        return dict(super().facts(model), window=model.config.sliding_window)
+
+    def position_scheme(self, config: Any) -> str:
+        return "rope"
 
     def windows(self, model: nn.Module) -> list[int | None]:
         return [model.config.window_of(layer) for layer in range(model.config.num_layers)]

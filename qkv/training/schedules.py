@@ -12,26 +12,12 @@ from typing import Any
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from .lr_curves import (
-    CosineLR,
-    CosineMultiplier,
-    PlateauLR,
-    PlateauMultiplier,
-    cosine_multiplier,
-    cosine_schedule,
-    inverse_sqrt_multiplier,
-    inverse_sqrt_schedule,
-)
+from . import lr_curves
+from .lr_curves import *  # noqa: F403  (re-exported whole: its __all__)
+from .lr_curves import PlateauLR, cosine_schedule, inverse_sqrt_schedule
 
 __all__ = [
-    "inverse_sqrt_multiplier",
-    "cosine_multiplier",
-    "inverse_sqrt_schedule",
-    "cosine_schedule",
-    "CosineMultiplier",
-    "CosineLR",
-    "PlateauMultiplier",
-    "PlateauLR",
+    *lr_curves.__all__,
     "ScheduleOption",
     "ScheduleKind",
     "register_schedule",
