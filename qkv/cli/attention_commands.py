@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from .explore_commands import add_model_options
+from .options import call_with_options
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -80,16 +81,8 @@ def _text_attention(args: argparse.Namespace, model, tokenizer) -> int:
         path = write_weights(args.weights_out, {view: layers}, tokens=tokens)
         print(f"weights: {path}")
     if args.out:
-        path = plot_attention(
-            layers,
-            tokens,
-            tokens,
-            args.out,
-            name=f"{view} self-attention",
-            layer=args.layer,
-            head=args.head,
-            all_heads=args.all_heads,
-        )
+        name = f"{view} self-attention"
+        path = call_with_options(plot_attention, args, layers, tokens, tokens, args.out, name=name)
         print(f"heatmap: {path}")
     return 0
 
@@ -116,13 +109,8 @@ def _translation_attention(args: argparse.Namespace) -> int:
         )
         print(f"weights: {path}")
     if args.out:
-        path = plot_translation_attention(
-            translator,
-            translation,
-            args.out,
-            layer=args.layer,
-            head=args.head,
-            all_heads=args.all_heads,
+        path = call_with_options(
+            plot_translation_attention, args, translator, translation, args.out
         )
         print(f"heatmap: {path}")
     return 0

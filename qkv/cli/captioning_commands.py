@@ -16,6 +16,7 @@ from .options import (
     add_command,
     add_setup_options,
     add_train_options,
+    call_with_options,
     report_run,
     setup_from,
     train_from_args,
@@ -121,14 +122,7 @@ def _train_captioning(args: argparse.Namespace) -> int:
 def _caption(args: argparse.Namespace) -> int:
     from ..tasks.caption_files import caption_files
 
-    captioned = caption_files(
-        args.checkpoint,
-        args.images,
-        beam=args.beam,
-        length_penalty=args.length_penalty,
-        attention_out=args.attention_out,
-        device=args.device,
-    )
+    captioned = call_with_options(caption_files, args, args.checkpoint, args.images)
     for item in captioned:
         print(f"{item.file}: {item.caption.text}")
     for item in captioned:

@@ -14,6 +14,7 @@ from .options import (
     add_command,
     add_setup_options,
     add_train_options,
+    call_with_options,
     report_run,
     setup_from,
     train_from_args,
@@ -115,14 +116,7 @@ def _classify(args: argparse.Namespace) -> int:
     from ..tasks.classifier_plots import classify_and_plot
     from ..tasks.evaluate import describe_classifier_scores
 
-    scores, paths = classify_and_plot(
-        args.checkpoint,
-        split=args.split,
-        limit=args.limit,
-        device=args.device,
-        attention_out=args.attention_out,
-        count=args.count,
-    )
+    scores, paths = call_with_options(classify_and_plot, args, args.checkpoint)
     print(
         json.dumps(scores.as_dict()) if args.json else "\n".join(describe_classifier_scores(scores))
     )

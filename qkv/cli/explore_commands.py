@@ -9,6 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .options import call_with_options
+
 EXAMPLE = (
     "\n\nexamples:\n"
     '  qkv explore --checkpoint qkv-demo "Tuesday, March 3, 1998" "3/4/01" --out explore.html\n'
@@ -170,13 +172,8 @@ def _pretrained_data(args: argparse.Namespace) -> dict:
     if args.test is not None:
         raise InputError("--test N is for classifiers; pass texts")
     loaded = load_folder(args.pretrained, device=args.device)
-    sampling = dict(
-        generate=args.generate, temperature=args.temperature, top_k=args.top_k, seed=args.seed
-    )
-    if args.generate:
-        sampling["eos_ids"] = loaded.eos_ids
-    data = explore(
-        loaded.model, inputs, tokenizer=loaded.tokenizer, vectors=args.vectors, **sampling
+    data = call_with_options(
+        explore, args, loaded.model, inputs, tokenizer=loaded.tokenizer, eos_ids=loaded.eos_ids
     )
     data["model"]["architecture"] = loaded.architecture
     return data
@@ -190,26 +187,24 @@ def _decoder_data(args: argparse.Namespace, model_type: str) -> dict:
     inputs = args.inputs or [line.strip() for line in sys.stdin if line.strip()]
     if not inputs:
         raise InputError("no inputs: pass sentences or image files as arguments or on stdin")
-    options = dict(beam=args.beam, length_penalty=args.length_penalty, max_len=args.max_len)
+    # each family reads the options that apply to it (_explore refused --generate and
+    # --vectors where they do not)
     if model_type == "lm":
         from ..tasks.lm import load_lm
 
         lm = load_lm(args.checkpoint, device=args.device)
-        sampling = dict(
-            generate=args.generate, temperature=args.temperature, top_k=args.top_k, seed=args.seed
-        )
-        return explore(lm.model, inputs, tokenizer=lm.tokenizer, vectors=args.vectors, **sampling)
+        return call_with_options(explore, args, lm.model, inputs, tokenizer=lm.tokenizer)
     if model_type == "captioner":
         captioner = ImageCaptioner.from_checkpoint(args.checkpoint, device=args.device)
         images = captioner.load_images(inputs)
         names = [Path(path).name for path in inputs]
-        data = explore(captioner.model, images, tokenizer=captioner.vocab, names=names, **options)
-    else:
-        translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
-        if args.vectors is not None:
-            options["vectors"] = args.vectors  # a Transformer (checked above)
-        data = explore(translator.model, inputs, tokenizer=translator.tokenizer, **options)
-    return data
+        return call_with_options(
+            explore, args, captioner.model, images, tokenizer=captioner.vocab, names=names
+        )
+    translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
+    return call_with_options(
+        explore, args, translator.model, inputs, tokenizer=translator.tokenizer
+    )
 
 
 def _classifier_data(args: argparse.Namespace) -> dict:

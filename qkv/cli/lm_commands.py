@@ -8,7 +8,14 @@ import sys
 
 from ..tasks.lm import LMSetup
 from ..tasks.presets import PRESETS, sizes_of
-from .options import add_setup_options, add_train_options, report_run, setup_from, train_from_args
+from .options import (
+    add_setup_options,
+    add_train_options,
+    call_with_options,
+    report_run,
+    setup_from,
+    train_from_args,
+)
 
 EXAMPLE = "\n\nexample:\n  "
 
@@ -73,7 +80,10 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
     generate.add_argument("--seed", type=int, help="seed: the same seed gives the same text")
     generate.add_argument("--num-samples", type=int, default=1, help="default: 1")
     generate.add_argument(
-        "--no-cache", action="store_true", help="recompute every position at each step"
+        "--no-cache",
+        dest="use_cache",
+        action="store_false",
+        help="recompute every position at each step",
     )
     generate.add_argument("--device", default="cpu", help="cpu or cuda")
     generate.set_defaults(run=_generate)
@@ -100,25 +110,14 @@ def _generate(args: argparse.Namespace) -> int:
 
     prompt = args.prompt if args.prompt is not None else args.text
     prompt = prompt if prompt is not None else sys.stdin.read().rstrip("\n")
-    lm = load_generator(checkpoint=args.checkpoint, pretrained=args.pretrained, device=args.device)
+    lm = call_with_options(load_generator, args)
     stream = args.num_samples == 1
 
     def show(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    texts = generate_text(
-        lm,
-        prompt,
-        max_new_tokens=args.max_new_tokens,
-        num_samples=args.num_samples,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-        use_cache=not args.no_cache,
-        stream=show if stream else None,
-    )
+    texts = call_with_options(generate_text, args, lm, prompt, stream=show if stream else None)
     if stream:
         show("\n")
         return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -26,6 +27,7 @@ __all__ = [
     "add_checkpoint_options",
     "add_setup_options",
     "setup_from",
+    "call_with_options",
     "add_train_options",
     "given_train_values",
     "record_flags",
@@ -146,6 +148,20 @@ def setup_from(args: argparse.Namespace, setup_type: type) -> Any:
     """The setup the parsed options describe (fields without an option keep their default)."""
     names = [field.name for field in dataclasses.fields(setup_type)]
     return setup_type(**{name: getattr(args, name) for name in names if hasattr(args, name)})
+
+
+def call_with_options(
+    fn: Callable[..., Any], args: argparse.Namespace, *positional: Any, **given: Any
+) -> Any:
+    """``fn(*positional, **keywords)``: each parameter of ``fn`` that ``positional`` leaves
+    and a keyword can set takes the parsed option of its name, where ``args`` has one;
+    ``given`` adds or overrides values the command computes.  Others keep ``fn``'s default."""
+    signature = inspect.signature(fn)
+    bound = signature.bind_partial(*positional).arguments
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    names = [p.name for p in signature.parameters.values() if p.kind in keyword]
+    options = {n: getattr(args, n) for n in names if n not in bound and hasattr(args, n)}
+    return fn(*positional, **(options | given))
 
 
 def _show(value: Any) -> str:
