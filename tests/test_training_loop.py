@@ -194,3 +194,33 @@ def test_max_minutes_counts_the_time_of_every_session(tmp_path, monkeypatch):
     # a budget shorter than the time already trained: resuming trains no step
     _, again = small_run(tmp_path, max_steps=100, max_minutes=first.elapsed / 120, resume=True)
     assert again.stop_reason == "max_minutes" and again.steps == 3
+
+
+def test_the_loop_leaves_older_objects_to_the_collector_and_collects_its_own_garbage():
+    import gc
+
+    from qkv.training.loop import collect_young_garbage_only
+
+    assert gc.get_freeze_count() == 0
+    with collect_young_garbage_only():
+        assert gc.get_freeze_count() > 10_000  # the interpreter's and torch's objects
+        cycle = []
+        cycle.append(cycle)  # garbage made inside the loop: still collected
+        del cycle
+        assert gc.collect() >= 1
+    assert gc.get_freeze_count() == 0  # everything is back with the collector
+
+
+def test_a_process_that_froze_objects_itself_is_left_alone():
+    import gc
+
+    from qkv.training.loop import collect_young_garbage_only
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with collect_young_garbage_only():
+            pass
+        assert gc.get_freeze_count() == frozen  # not unfrozen by the loop
+    finally:
+        gc.unfreeze()

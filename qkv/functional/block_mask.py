@@ -119,6 +119,36 @@ class BlockMask:
         total = partial.shape[0] * partial.shape[1] * self.seq_lengths[0] * self.seq_lengths[1]
         return 100.0 * (1.0 - computed / total)
 
+    def is_causal(self, batch: int, heads: int) -> bool:
+        """Whether, on a call with ``batch`` and ``heads``, this mask is exactly the causal
+        triangle q_idx >= kv_idx: square, its blocks full below the diagonal, partial on it,
+        empty above, and its mask_mod giving the lower triangle on every diagonal tile (for
+        each batch and head the tile kernel would evaluate it on)."""
+        (tq, tk), (bq, bk) = self.seq_lengths, self.BLOCK_SIZE
+        if tq != tk or bq != bk:
+            return False
+        partial, full = self.dense_blocks()
+        blocks = torch.arange(partial.shape[-1], device=partial.device)
+        if not (
+            torch.equal(full, (blocks[:, None] > blocks).expand_as(full))
+            and torch.equal(partial, (blocks[:, None] == blocks).expand_as(partial))
+        ):
+            return False
+        mask_b, mask_h = partial.shape[:2]
+        device = partial.device
+        b = index_range(0, batch if mask_b == 1 else mask_b, device).view(-1, 1, 1, 1)
+        h = index_range(0, heads if mask_h == 1 else mask_h, device).view(1, -1, 1, 1)
+        evaluate = ModEvaluator(self.mask_mod, "mask_mod")
+        for start in range(0, tq, bq):
+            q = index_range(start, min(start + bq, tq), device).view(1, 1, -1, 1)
+            kv = q.view(1, 1, 1, -1)
+            shape = (b.shape[0], h.shape[1], q.shape[2], q.shape[2])
+            if not torch.equal(
+                evaluate((), (b, h, q, kv), shape).expand(shape), (q >= kv).expand(shape)
+            ):
+                return False
+        return True
+
     def _block_extents(self) -> tuple[Tensor, Tensor]:
         (tq, tk), (bq, bk) = self.seq_lengths, self.BLOCK_SIZE
         rows = (tq - torch.arange(0, tq, bq)).clamp(max=bq).double()

@@ -12,11 +12,13 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import InputError
 from .backends.chunked_kernel import compute_dtype
 from .backends.flex_kernel import FlexAttentionFunction, plan_flex
+from .backends.sdpa import keep_nan_rows
 from .block_mask import BlockMask, noop_mask
 
 __all__ = ["flex_attention", "captured_tensors"]
@@ -59,8 +61,22 @@ def flex_attention(
 
     A query that may attend no key gets output 0 (and zero gradients), never NaN.
     float32 and float64 compute as themselves; bfloat16/float16 accumulate in float32.
+
+    A dense pattern -- no block mask, or one that is exactly the causal triangle -- with no
+    score_mod and no lse asked for runs on PyTorch's fused kernel, whose ``is_causal`` skips
+    the upper blocks just as the tile kernel would, in one C++ call instead of a Python walk
+    over tiles.
     """
     _check_inputs(query, key, value, enable_gqa)
+    if block_mask is not None:
+        _check_block_mask(block_mask, query, key)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    dense = _dense_pattern(query, key, score_mod, block_mask, return_lse)
+    if dense is not None:
+        output = F.scaled_dot_product_attention(
+            query, key, value, is_causal=dense == "causal", scale=scale, enable_gqa=enable_gqa
+        )
+        return keep_nan_rows(output, query)
     tq, tk = query.shape[2], key.shape[2]
     if block_mask is None:
         block = (min(tq, UNMASKED_BLOCK), min(tk, UNMASKED_BLOCK))
@@ -68,11 +84,8 @@ def flex_attention(
         block_mask = BlockMask.from_dense_blocks(
             torch.zeros_like(full), full, (tq, tk), block, noop_mask
         )
-    else:
-        _check_block_mask(block_mask, query, key)
     if score_mod is not None and not callable(score_mod):
         raise InputError(f"score_mod must be a function or None, got {type(score_mod).__name__}")
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     plan = plan_flex(block_mask, (query.shape, key.shape), scale, score_mod)
     dtype = compute_dtype(query.dtype)
     captured = captured_tensors(score_mod) if score_mod is not None else []
@@ -81,6 +94,19 @@ def flex_attention(
     )
     output = output.to(query.dtype)
     return (output, lse) if return_lse else output
+
+
+def _dense_pattern(query, key, score_mod, block_mask, return_lse) -> str | None:
+    """ "all" (no block mask) or "causal" where the fused kernel computes the same call,
+    else None (the tile kernel): float32/float64, one key batch per query batch, no
+    score_mod, no lse."""
+    if score_mod is not None or return_lse or query.dtype not in (torch.float32, torch.float64):
+        return None
+    if key.shape[0] != query.shape[0]:
+        return None
+    if block_mask is None:
+        return "all"
+    return "causal" if block_mask.is_causal(query.shape[0], query.shape[1]) else None
 
 
 def _check_inputs(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) -> None:

@@ -8,7 +8,9 @@ cadence decide what happens next.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +23,7 @@ __all__ = [
     "StepAgreement",
     "agree_before_step",
     "budget_spent",
+    "collect_young_garbage_only",
     "log_now",
     "step_groups",
     "validate_now",
@@ -78,3 +81,21 @@ def validate_now(step: int, *, epoch_ended: bool, stopping: bool, validate_every
     """Validate (and checkpoint) at each epoch end, when training stops, and every
     ``validate_every`` steps (0: only the first two)."""
     return epoch_ended or stopping or (validate_every > 0 and step % validate_every == 0)
+
+
+@contextmanager
+def collect_young_garbage_only() -> Iterator[None]:
+    """While the loop runs, Python's garbage collector leaves alone the objects that existed
+    before it (``gc.freeze``): torch's and the task's ~350,000 (modules, functions, the
+    data's index lists) that every full collection would otherwise walk again, ~80 ms each
+    time, about 0.5 % of a small LM's run.  What the steps create is collected as usual,
+    and at the end everything returns to the collector (``gc.unfreeze``).  A process that
+    froze objects itself is left as it is."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

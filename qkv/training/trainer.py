@@ -33,7 +33,14 @@ from .config import TrainConfig
 from .context_parallel import check_context_parallel_model, plan_context_parallel
 from .distributed import peer_lost, setup_distributed, teardown_distributed
 from .lock import lock_run
-from .loop import agree_before_step, budget_spent, log_now, step_groups, validate_now
+from .loop import (
+    agree_before_step,
+    budget_spent,
+    collect_young_garbage_only,
+    log_now,
+    step_groups,
+    validate_now,
+)
 from .progress import JsonLog, LossWindow, ProgressBar
 from .resume import start_or_resume
 from .run_records import RunRecords
@@ -206,8 +213,9 @@ class Trainer(RunRecords):
         self.model.train()
         stop = budget_spent(self.state, self.config)  # a resumed run may have nothing to do
         try:
-            while stop is None:
-                stop = self._run_epoch(bar, signals)
+            with collect_young_garbage_only():
+                while stop is None:
+                    stop = self._run_epoch(bar, signals)
         finally:
             bar.close()
         return stop

@@ -11,7 +11,7 @@ from torch import Tensor
 from ..masks import causal_mask
 from . import AttentionCall, AttentionOutput, register_backend
 
-__all__ = ["SDPABackend", "zeroes_fully_masked_rows"]
+__all__ = ["SDPABackend", "keep_nan_rows", "zeroes_fully_masked_rows"]
 
 
 @functools.cache
@@ -87,11 +87,11 @@ class SDPABackend:
         if attended is not None:
             output = output * attended
         if mask is None:
-            output = _keep_nan_rows(output, query)
+            output = keep_nan_rows(output, query)
         return AttentionOutput(output, None)
 
 
-def _keep_nan_rows(output: Tensor, query: Tensor) -> Tensor:
+def keep_nan_rows(output: Tensor, query: Tensor) -> Tensor:
     """NaN in, NaN out: without a mask, PyTorch's CPU flash kernel (2.13) returns 0 for a
     query holding a NaN, as if it had nothing to attend; every other backend returns NaN.
     A NaN anywhere makes the queries' sum NaN, so one reduction with no temporary (~30x
