@@ -149,6 +149,26 @@ def test_score_mod_with_captured_tensors_gets_their_gradients():
     assert_same(q, k, v, score_mod=broadcast, bias=bias, captured=(bias,))
 
 
+def test_bundled_query_blocks_with_score_mod_gqa_and_a_shared_key_batch():
+    """A window's inner query blocks run as one batched tile: with a score_mod reading a
+    captured tensor, grouped heads, a key/value batch of one, and masks per batch."""
+    from qkv.functional.backends.flex_plan import plan_flex
+
+    q, k, v = inputs(batch=3, kv_batch=1, heads=4, kv_heads=2)
+    bias = torch.randn(3, 4, 37, 37, dtype=torch.float64, requires_grad=True)
+    chained = lambda s, b, h, i, j: s + bias[b][h][i][j]  # noqa: E731  vmap semantics
+    window = P.sliding_window(10)
+    block_mask = create_block_mask(window, None, None, 37, 37, BLOCK_SIZE=4)
+    plan = plan_flex(block_mask, (q.shape, k.shape), 1.0, None)
+    assert max(bundle.count for group in plan.groups for bundle in group.bundles) > 3
+    kw = dict(enable_gqa=True, block=4, mask_mod=window)
+    assert_same(q, k, v, score_mod=chained, bias=bias, captured=(bias,), **kw)
+    q, k, v = inputs(batch=3, heads=4, kv_heads=2)
+    lengths = torch.tensor([37, 20, 29])
+    per_batch = lambda b, h, i, j: window(b, h, i, j) & (j < lengths[b])  # noqa: E731
+    assert_same(q, k, v, enable_gqa=True, block=4, mask_mod=per_batch, B=3)
+
+
 def test_mask_mod_indexing_captured_tensors_the_vmap_way():
     q, k, v = inputs(batch=2, heads=2)
     allowed = torch.rand(2, 2, 37, 37, generator=torch.Generator().manual_seed(1)) > 0.5
@@ -185,19 +205,22 @@ def test_lower_precisions_accumulate_in_float32(dtype):
 
 
 def test_empty_blocks_are_never_computed(monkeypatch):
-    """Count the key columns multiplied against queries: the visited blocks only, forward
-    (q k^T) and backward (q k^T again, dO v^T)."""
+    """Count the key columns multiplied against queries (over a batched tile's blocks): the
+    visited blocks only, forward (q k^T) and backward (q k^T again, dO v^T)."""
     q, k, v = inputs(batch=1, heads=1, tq=64, tk=64, dim=5)
     block_mask = create_block_mask(P.sliding_window(8), None, None, 64, 64, BLOCK_SIZE=8)
     columns = []
-    real_bmm = torch.bmm
 
-    def counting_bmm(a, b, **kw):
-        if b.shape[-2] == 5:  # (.., Dh, keys): a product with key or value columns
-            columns.append(b.shape[-1])
-        return real_bmm(a, b, **kw)
+    def counting(product):
+        def count(a, b, **kw):
+            if b.shape[-2] == 5:  # (.., Dh, keys): a product with key or value columns
+                columns.append(b.shape[0] * b.shape[-1])
+            return product(a, b, **kw)
 
-    monkeypatch.setattr(torch, "bmm", counting_bmm)
+        return count
+
+    monkeypatch.setattr(torch, "bmm", counting(torch.bmm))
+    monkeypatch.setattr(torch, "matmul", counting(torch.matmul))
     out = flex_attention(q, k, v, block_mask=block_mask)
     visited = 8 + 7 * 16  # the first row block sees one block, the others two
     assert sum(columns) == visited

@@ -3,7 +3,7 @@
 The online softmax and recomputing backward of :mod:`.chunked_kernel`, walking the tiles a
 :class:`~qkv.functional.block_mask.BlockMask` lists instead of every tile: for each query
 block, the runs of consecutive key blocks it visits.  Empty blocks are never computed,
-forward or backward; full blocks apply no mask; partial blocks evaluate ``mask_mod`` on
+forward or backward; full blocks apply no mask; partial blocks add the mask_mod's -inf on
 their tile.  With s_ij = score_mod(scale * q_i . k_j) (or -inf where masked):
 
     forward:  m_i' = max(m_i, max_j s_ij);  acc_i' = acc_i e^(m_i - m_i') + sum_j e^(s_ij - m_i') [v_j, 1]
@@ -12,184 +12,260 @@ their tile.  With s_ij = score_mod(scale * q_i . k_j) (or -inf where masked):
               dS_raw = dS * ds/ds_raw (autograd through score_mod, also into captured tensors)
               dQ += scale dS_raw K;  dK += scale dS_raw^T Q
 
-Exponentials are base 2 (log2 e folded into the scores).  Memory besides the inputs and
-their gradients is O(T) plus one tile.
+Exponentials are base 2 (log2 e folded into the query rows, or into the scores after a
+score_mod).  Memory besides the inputs and their gradients is O(T) plus one tile.
 
-*Layout.*  A group of (batch, head) pairs shares one block-mask entry.  Its query rows are
-stacked so that each key/value head meets all the query heads it serves in one matmul
-(grouped-query attention without repeating K/V), and a key/value batch of 1 meets every
-query batch the same way.  A tile is (P, M, c) "physical" -- P matmul batches, M stacked
-rows -- and viewed as (nb, nkv, G, r, c) "logical" for mask_mod/score_mod and indices.
+*Layout.*  A group of (batch, head) pairs shares one block-mask entry.  It is walked one
+"slice" at a time: one key/value head of one batch, with the rows of the query heads it
+serves stacked (grouped-query attention without repeating K/V; a key/value batch of 1
+stacks the query batches it serves too).  A bundle of query blocks that visit alike (see
+:class:`.flex_plan._Bundle`) is one batched tile (n, M, c): n blocks, M stacked rows, c key
+columns, every operand a strided view of the inputs -- the k-th block's keys are the first
+block's shifted by k * step rows.  Viewed as (n, [nb,] G, r, c) "logical" for
+mask_mod/score_mod and their indices.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..block_mask import index_range
-from .flex_plan import FlexPlan, _Group, _Run, plan_flex
+from .flex_plan import FlexPlan, _Bundle, _Group, _Run, plan_flex
 
 __all__ = ["FlexPlan", "FlexAttentionFunction", "plan_flex"]
 
 LOG2E, LN2 = math.log2(math.e), math.log(2.0)
 
 
-class _Tiles:
-    """One group's tensors in the physical layout, and the index tensors of its tiles."""
+def _windows(x: Tensor, start: int, step: int, count: int, length: int) -> Tensor:
+    """x (..., T, E) -> the view (count, ..., length, E) of rows start + k * step on."""
+    *lead, row, col = x.stride()
+    size = (count, *x.shape[:-2], length, x.shape[-1])
+    return x.as_strided(size, (step * row, *lead, row, col), x.storage_offset() + start * row)
+
+
+class _Slices:
+    """One group's tensors, and for each of its slices the views a bundle computes on."""
 
     def __init__(self, group: _Group, q: Tensor, k: Tensor, v: Tensor):
         self.group = group
         self.nb = group.batches.stop - group.batches.start
         self.nkv = group.kv_heads.stop - group.kv_heads.start
-        self.q5 = self.five(q)
-        k_part, v_part = k[group.kv_batches, group.kv_heads], v[group.kv_batches, group.kv_heads]
-        self.k = k_part.reshape(-1, *k_part.shape[2:])  # (P, Tk, Dh)
-        self.v = v_part.reshape(-1, *v_part.shape[2:])
-        device = q.device
-        self.b = index_range(group.batches.start, group.batches.stop, device).view(-1, 1, 1, 1, 1)
-        heads = index_range(group.heads.start, group.heads.stop, device)
-        self.h = heads.view(1, self.nkv, group.per_kv, 1, 1)
+        self.k = k[group.kv_batches, group.kv_heads].flatten(0, 1)  # (P, Tk, Dh)
+        self.v = v[group.kv_batches, group.kv_heads].flatten(0, 1)
+        self.count = self.nkv if group.folded else self.nb * self.nkv  # P slices
+        heads = index_range(group.heads.start, group.heads.stop, q.device)
+        self.heads = heads.view(self.nkv, group.per_kv)
+        self.batches = index_range(group.batches.start, group.batches.stop, q.device)
 
     def five(self, x: Tensor) -> Tensor:
         """(B, H, T, E) -> this group's (nb, nkv, G, T, E) view."""
         part = x[self.group.batches, self.group.heads]
         return part.view(self.nb, self.nkv, self.group.per_kv, *part.shape[2:])
 
-    def rows_in(self, x5: Tensor, rows: slice) -> Tensor:
-        """(nb, nkv, G, T, E) -> the rows' physical (P, M, E) copy."""
-        tile = x5[:, :, :, rows]
-        if self.group.folded:
-            tile = tile.transpose(0, 1)
-            return tile.reshape(self.nkv, -1, tile.shape[-1])
-        return tile.reshape(self.nb * self.nkv, -1, tile.shape[-1])
+    def rows(self, x5: Tensor, p: int) -> Tensor:
+        """Slice p of a (nb, nkv, G, T, E) view: (G, T, E), or (nb, G, T, E) folded."""
+        return x5[:, p] if self.group.folded else x5[p // self.nkv, p % self.nkv]
 
-    def rows_out(self, tile: Tensor, x5: Tensor, rows: slice) -> None:
-        """Write a physical (P, M, E) tile into the rows of a (nb, nkv, G, T, E) view."""
-        x5[:, :, :, rows] = self.logical(tile)
+    def index(self, p: int, bundle: _Bundle, cols: slice) -> tuple[Tensor, ...]:
+        """(b, h, q_idx, kv_idx) of slice p's tile of ``cols`` (the bundle's first block's),
+        each shaped to broadcast to its logical (n, [nb,] G, r, c) view."""
+        device = self.heads.device
+        firsts = index_range(0, bundle.count, device).view(-1, 1, 1, 1) * bundle.step
+        q = firsts + index_range(bundle.start, bundle.start + bundle.rows, device).view(-1, 1)
+        kv = firsts + index_range(cols.start, cols.stop, device).view(1, -1)  # (n, 1, 1, c)
+        if self.group.folded:
+            b, h = self.batches.view(-1, 1, 1, 1), self.heads[p].view(1, -1, 1, 1)
+            return b, h, q.unsqueeze(1), kv.unsqueeze(1)
+        b = self.batches[p // self.nkv].view(1, 1, 1)
+        return b, self.heads[p % self.nkv].view(-1, 1, 1), q, kv
 
     def logical(self, tile: Tensor) -> Tensor:
-        """Physical (P, M, E) -> its (nb, nkv, G, r, E) view."""
+        """A slice's (n, M, c) tile -> its (n, [nb,] G, r, c) view."""
         g = self.group.per_kv
         if self.group.folded:
-            return tile.view(self.nkv, self.nb, g, -1, tile.shape[-1]).transpose(0, 1)
-        return tile.view(self.nb, self.nkv, g, -1, tile.shape[-1])
+            return tile.view(tile.shape[0], self.nb, g, -1, tile.shape[-1])
+        return tile.view(tile.shape[0], g, -1, tile.shape[-1])
 
-    def physical(self, tile5: Tensor) -> Tensor:
-        """Logical (nb, nkv, G, r, c) -> physical (P, M, c)."""
-        if self.group.folded:
-            tile5 = tile5.transpose(0, 1)
-            return tile5.reshape(self.nkv, -1, tile5.shape[-1])
-        return tile5.reshape(self.nb * self.nkv, -1, tile5.shape[-1])
-
-    def index(self, rows: slice, cols: slice, device: torch.device) -> tuple[Tensor, ...]:
-        """(b, h, q_idx, kv_idx), each shaped to broadcast to (nb, nkv, G, r, c)."""
-        q = index_range(rows.start, rows.stop, device).view(1, 1, 1, -1, 1)
-        kv = index_range(cols.start, cols.stop, device).view(1, 1, 1, 1, -1)
-        return self.b, self.h, q, kv
+    def bias(self, bias: Tensor, p: int) -> Tensor:
+        """A bundle's (n, nb, nkv, G, r, c)-broadcastable bias -> slice p's part."""
+        full = bias.view(*bias.shape[:1], *[1] * (6 - bias.dim()), *bias.shape[1:])
+        full = full.expand(bias.shape[0], self.nb, self.nkv, *full.shape[3:])
+        return full[:, :, p] if self.group.folded else full[:, p // self.nkv, p % self.nkv]
 
 
-def _modified_scores(
-    tiles: _Tiles, plan: FlexPlan, scores: Tensor, rows: slice, run: _Run
-) -> Tensor:
-    """Physical raw scores (P, M, c) of a run -> score_mod'ed, masked (-inf), in base 2;
-    in place where no gradient flows through score_mod."""
+def _read(x5: Tensor, slices: _Slices, p: int, bundle: _Bundle) -> Tensor:
+    """Slice p's rows of the bundle's blocks as a (n, M, E) tensor (a view where it can)."""
+    tile = _windows(slices.rows(x5, p), bundle.start, bundle.step, bundle.count, bundle.rows)
+    return tile.reshape(bundle.count, -1, tile.shape[-1])
+
+
+def _write(tile: Tensor, x5: Tensor, slices: _Slices, p: int, bundle: _Bundle) -> None:
+    """Write a (n, M, E) tile into slice p's rows of the bundle's blocks."""
+    target = _windows(slices.rows(x5, p), bundle.start, bundle.step, bundle.count, bundle.rows)
+    target.copy_(tile.view(target.shape))
+
+
+def _keys(x: Tensor, bundle: _Bundle, cols: slice) -> Tensor:
+    """(Tk, E) -> the (n, c, E) view of each block's ``cols`` (the first block's)."""
+    return _windows(x, cols.start, bundle.step, bundle.count, cols.stop - cols.start)
+
+
+def _accumulate(x: Tensor, grad: Tensor, bundle: _Bundle, cols: slice) -> None:
+    """x[cols of block k] += grad[k] for (Tk, E) x: in pieces no wider than the step, so
+    the blocks' columns within one piece never overlap."""
+    width = min(bundle.step, cols.stop - cols.start) if bundle.count > 1 else grad.shape[1]
+    for lo in range(0, grad.shape[1], width):
+        hi = min(lo + width, grad.shape[1])
+        _keys(x, bundle, slice(cols.start + lo, cols.start + hi)).add_(grad[:, lo:hi])
+
+
+def _bundle_biases(slices: _Slices, plan: FlexPlan, bundle: _Bundle, dtype) -> dict:
+    """Each partial block's additive mask for the bundle, (n or 1, ...) with the mask's
+    broadcast shape: one tensor where every block's mask is the same."""
+    biases = {}
+    shape = (slices.nb, slices.nkv, slices.group.per_kv, bundle.rows)
+    for run in bundle.runs:
+        for part in run.partial:
+            per_block = []
+            for k in range(bundle.count):
+                rows = bundle.start + k * bundle.step
+                cols = slice(part.start + k * bundle.step, part.stop + k * bundle.step)
+                index = _block_index(slices, rows, bundle.rows, cols)
+                keep = functools.partial(plan.mask, (), index, (*shape, cols.stop - cols.start))
+                per_block.append(plan.biases.get((id(slices.group), rows, cols.start), keep, dtype))
+            same = all(b is per_block[0] for b in per_block)
+            biases[part.start] = per_block[0][None] if same else torch.stack(per_block)
+    return biases
+
+
+def _block_index(slices: _Slices, rows: int, count: int, cols: slice) -> tuple[Tensor, ...]:
+    """(b, h, q_idx, kv_idx) of one query block's tile, broadcasting to (nb, nkv, G, r, c)."""
+    device = slices.heads.device
+    q = index_range(rows, rows + count, device).view(1, 1, 1, -1, 1)
+    kv = index_range(cols.start, cols.stop, device).view(1, 1, 1, 1, -1)
+    h = slices.heads.view(1, slices.nkv, -1, 1, 1)
+    return slices.batches.view(-1, 1, 1, 1, 1), h, q, kv
+
+
+class _Tile(NamedTuple):
+    """Where a batched tile stands: the group's slices, slice p, the bundle, its masks."""
+
+    slices: _Slices
+    p: int
+    bundle: _Bundle
+    biases: dict[int, Tensor]
+
+
+def _modified_scores(tile: _Tile, plan: FlexPlan, scores: Tensor, run: _Run) -> Tensor:
+    """A slice's raw scores (n, M, c) of a run -> score_mod'ed, masked (-inf), in base 2
+    (without a score_mod the query rows already carry log2 e); in place where no gradient
+    flows through score_mod."""
+    slices = tile.slices
     if plan.score is not None:
-        logical = tiles.logical(scores)
-        index = tiles.index(rows, run.cols, scores.device)
-        scores = tiles.physical(plan.score((logical,), index, logical.shape))
+        logical = slices.logical(scores)
+        index = slices.index(tile.p, tile.bundle, run.cols)
+        scores = plan.score((logical,), index, logical.shape).view(scores.shape)
         if torch.is_grad_enabled():
             scores = scores.clone()  # the in-place masking below must not touch saved tensors
-    logical = tiles.logical(scores)
+    logical = slices.logical(scores)
     for part in run.partial:
         cols = slice(part.start - run.cols.start, part.stop - run.cols.start)
-        block = logical[..., cols]
-        keep = plan.mask((), tiles.index(rows, part, scores.device), block.shape)
-        block.masked_fill_(~keep, float("-inf"))
-    return scores.mul_(LOG2E)
+        logical[..., cols].add_(slices.bias(tile.biases[part.start], tile.p))
+    return scores if plan.score is None else scores.mul_(LOG2E)
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, plan: FlexPlan) -> tuple[Tensor, Tensor]:
     """q (B, H, Tq, Dh), k (Bk, Hkv, Tk, Dh), v (Bk, Hkv, Tk, Dv) -> out (B, H, Tq, Dv),
     lse (B, H, Tq) (-inf for a query that may attend no key)."""
-    tq = q.shape[2]
     out = q.new_zeros(*q.shape[:3], v.shape[-1])
     lse = q.new_full((*q.shape[:3], 1), float("-inf"))
+    base2 = plan.score is None  # no score_mod to see the scores: fold log2 e into q
+    factor = plan.scale * (LOG2E if base2 else 1.0)
     for group in plan.groups:
-        tiles = _Tiles(group, q, k, v)
-        out5, lse5 = tiles.five(out), tiles.five(lse)
-        v_ones = torch.cat([tiles.v, tiles.v.new_ones(*tiles.v.shape[:-1], 1)], -1)
-        for i, runs in enumerate(group.visits):
-            if not runs:
-                continue  # a query block that sees no key: output 0, lse -inf
-            rows = slice(i * plan.block_rows, min((i + 1) * plan.block_rows, tq))
-            qt = tiles.rows_in(tiles.q5, rows) * plan.scale
-            row_max, acc = None, None
-            for run in runs:
-                scores = torch.bmm(qt, tiles.k[:, run.cols].transpose(1, 2))  # (P, M, c)
-                scores = _modified_scores(tiles, plan, scores, rows, run)
-                new_max = scores.amax(-1, keepdim=True)
-                if row_max is not None:
-                    new_max = torch.maximum(new_max, row_max)
-                # A row with no key allowed yet has max -inf: shift by 0 so exp gives 0, not NaN.
-                shift = new_max.masked_fill(new_max == float("-inf"), 0.0)
-                probs = scores.sub_(shift).exp2_()
-                if acc is None:
-                    acc = torch.bmm(probs, v_ones[:, run.cols])
-                else:
-                    acc.mul_(torch.exp2(row_max - shift)).baddbmm_(probs, v_ones[:, run.cols])
-                row_max = new_max
-            row_sum = acc[..., -1:]
-            tiles.rows_out(acc[..., :-1] / row_sum.clamp(min=torch.finfo(q.dtype).tiny), out5, rows)
-            tiles.rows_out(torch.xlogy(1.0, row_sum) + row_max * LN2, lse5, rows)
+        slices = _Slices(group, q, k, v)
+        q5, out5, lse5 = slices.five(q), slices.five(out), slices.five(lse)
+        v_ones = torch.cat([slices.v, slices.v.new_ones(*slices.v.shape[:-1], 1)], -1)
+        for bundle in group.bundles:
+            biases = _bundle_biases(slices, plan, bundle, q.dtype)
+            for p in range(slices.count):
+                qt = _read(q5, slices, p, bundle) * factor
+                row_max, acc = None, None
+                for run in bundle.runs:
+                    # matmul, not bmm: bmm is a third slower on overlapping transposed views
+                    scores = torch.matmul(qt, _keys(slices.k[p], bundle, run.cols).mT)
+                    scores = _modified_scores(_Tile(slices, p, bundle, biases), plan, scores, run)
+                    new_max = scores.amax(-1, keepdim=True)
+                    if row_max is not None:
+                        new_max = torch.maximum(new_max, row_max)
+                    # A row with no key allowed yet has max -inf: shift by 0, exp gives 0, not NaN.
+                    shift = new_max.masked_fill(new_max == float("-inf"), 0.0)
+                    probs = scores.sub_(shift).exp2_()
+                    values = _keys(v_ones[p], bundle, run.cols)
+                    if acc is None:
+                        acc = torch.bmm(probs, values)
+                    else:
+                        acc.mul_(torch.exp2(row_max - shift)).baddbmm_(probs, values)
+                    row_max = new_max
+                row_sum = acc[..., -1:]
+                tiny = torch.finfo(q.dtype).tiny
+                _write(acc[..., :-1] / row_sum.clamp(min=tiny), out5, slices, p, bundle)
+                _write(torch.xlogy(1.0, row_sum) + row_max * LN2, lse5, slices, p, bundle)
     return out, lse.squeeze(-1)
 
 
 def _backward(q, k, v, out, lse, grad_out, grad_lse, plan: FlexPlan, captured):
     """Gradients of q, k, v and of the captured tensors (recomputing every visited tile)."""
-    tq = q.shape[2]
     finite_lse = lse.masked_fill(lse == float("-inf"), torch.finfo(q.dtype).max / 4)
     lse2 = (finite_lse * LOG2E).unsqueeze(-1)  # base 2
     delta = ((grad_out * out).sum(-1) - grad_lse).unsqueeze(-1)  # (B, H, Tq, 1)
     grad_q, grad_k, grad_v = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     grad_captured = [None] * len(captured)
+    base2 = plan.score is None  # the forward folded log2 e into q
     for group in plan.groups:
-        tiles = _Tiles(group, q, k, v)
-        lse5, delta5, grad_out5, grad_q5 = map(tiles.five, (lse2, delta, grad_out, grad_q))
-        gk = grad_k[group.kv_batches, group.kv_heads].view(tiles.k.shape)
-        gv = grad_v[group.kv_batches, group.kv_heads].view(tiles.v.shape)
-        for i, runs in enumerate(group.visits):
-            if not runs:
-                continue
-            rows = slice(i * plan.block_rows, min((i + 1) * plan.block_rows, tq))
-            qt = tiles.rows_in(tiles.q5, rows) * plan.scale
-            lse_t, delta_t = tiles.rows_in(lse5, rows), tiles.rows_in(delta5, rows)
-            do_t = tiles.rows_in(grad_out5, rows)
-            dq = None
-            for run in runs:
-                raw = torch.bmm(qt, tiles.k[:, run.cols].transpose(1, 2))  # (P, M, c)
-                if plan.score is not None:
-                    raw.requires_grad_()
-                    with torch.enable_grad():
-                        modified = _modified_scores(tiles, plan, raw, rows, run)
-                    probs = modified.detach().sub(lse_t).exp2_()
-                else:
-                    probs = _modified_scores(tiles, plan, raw, rows, run).sub_(lse_t).exp2_()
-                gv[:, run.cols] += torch.bmm(probs.transpose(1, 2), do_t)
-                grad_scores = torch.bmm(do_t, tiles.v[:, run.cols].transpose(1, 2))
-                grad_scores.sub_(delta_t).mul_(probs)  # dS = P * (dP - delta)
-                if plan.score is not None:
-                    grad_scores = _through_score_mod(
-                        modified, raw, grad_scores, captured, grad_captured
-                    )
-                dq = torch.bmm(grad_scores, tiles.k[:, run.cols]) if dq is None else (
-                    dq.baddbmm_(grad_scores, tiles.k[:, run.cols])
-                )  # fmt: skip
-                gk[:, run.cols] += torch.bmm(grad_scores.transpose(1, 2), qt)
-            tiles.rows_out(dq * plan.scale, grad_q5, rows)
+        slices = _Slices(group, q, k, v)
+        q5, lse5, delta5, grad_out5, grad_q5 = map(slices.five, (q, lse2, delta, grad_out, grad_q))
+        gk = grad_k[group.kv_batches, group.kv_heads].flatten(0, 1)
+        gv = grad_v[group.kv_batches, group.kv_heads].flatten(0, 1)
+        for bundle in group.bundles:
+            biases = _bundle_biases(slices, plan, bundle, q.dtype)
+            for p in range(slices.count):
+                tile = _Tile(slices, p, bundle, biases)
+                qt = _read(q5, slices, p, bundle) * plan.scale
+                q_scores = qt * LOG2E if base2 else qt
+                lse_t, delta_t = _read(lse5, slices, p, bundle), _read(delta5, slices, p, bundle)
+                do_t = _read(grad_out5, slices, p, bundle)
+                dq = None
+                for run in bundle.runs:
+                    keys = _keys(slices.k[p], bundle, run.cols)
+                    raw = torch.matmul(q_scores, keys.mT)  # (n, M, c)
+                    if plan.score is not None:
+                        raw.requires_grad_()
+                        with torch.enable_grad():
+                            modified = _modified_scores(tile, plan, raw, run)
+                        probs = modified.detach().sub(lse_t).exp2_()
+                    else:
+                        probs = _modified_scores(tile, plan, raw, run).sub_(lse_t).exp2_()
+                    _accumulate(gv[p], torch.bmm(probs.transpose(1, 2), do_t), bundle, run.cols)
+                    values = _keys(slices.v[p], bundle, run.cols)
+                    grad_scores = torch.matmul(do_t, values.mT)
+                    grad_scores.sub_(delta_t).mul_(probs)  # dS = P * (dP - delta)
+                    if plan.score is not None:
+                        grad_scores = _through_score_mod(
+                            modified, raw, grad_scores, captured, grad_captured
+                        )
+                    dq = torch.bmm(grad_scores, keys) if dq is None else (
+                        dq.baddbmm_(grad_scores, keys)
+                    )  # fmt: skip
+                    grad_keys = torch.bmm(grad_scores.transpose(1, 2), qt)
+                    _accumulate(gk[p], grad_keys, bundle, run.cols)
+                _write(dq * plan.scale, grad_q5, slices, p, bundle)
     return grad_q, grad_k, grad_v, grad_captured
 
 

@@ -1,6 +1,7 @@
 """The plan of :mod:`.flex_kernel`'s walk over a block mask: the groups of (batch, head)
-pairs that share one block-mask entry (with the key/value slices they meet), and for each
-query block the runs of consecutive key blocks it visits, partial blocks marked."""
+pairs that share one block-mask entry (with the key/value slices they meet), for each query
+block the runs of consecutive key blocks it visits (partial blocks marked), and the bundles
+of query blocks that visit alike -- computed as one batched tile."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ import torch
 
 from ..block_mask import BlockMask, ModEvaluator
 
-__all__ = ["FlexPlan", "plan_flex"]
+__all__ = ["FlexPlan", "TileBiases", "plan_flex"]
 
 #: Widest run of key columns computed as one tile.
 MAX_RUN_COLS = 1024
-#: Scores per tile at most, bounding the batches a group takes at once.
-TILE_ELEMENTS = 1 << 22
+#: Scores per tile at most (2 MB of float32, a core's L2 on the machines measured),
+#: bounding the batches a group takes at once and the query blocks a bundle takes.
+TILE_ELEMENTS = 1 << 19
+#: Elements of distinct partial-tile masks one call keeps for its backward.
+BIAS_ELEMENTS = 1 << 21
 
 
 class _Run(NamedTuple):
@@ -24,6 +28,19 @@ class _Run(NamedTuple):
 
     cols: slice
     partial: tuple[slice, ...]
+
+
+class _Bundle(NamedTuple):
+    """Query blocks ``count`` in number, ``step`` rows apart from row ``start`` on, each of
+    ``rows`` rows, whose visits have one shape: block k visits ``runs`` (the first block's
+    columns) shifted by k * step.  A sliding window's inner blocks are one bundle; a packed
+    batch's blocks at one place in their documents are another."""
+
+    start: int
+    step: int
+    count: int
+    rows: int
+    runs: tuple[_Run, ...]
 
 
 class _Group(NamedTuple):
@@ -35,7 +52,7 @@ class _Group(NamedTuple):
     kv_heads: slice
     per_kv: int  # query heads per key/value head in this group (G)
     folded: bool  # a key/value batch of 1 serving several query batches: stacked as rows
-    visits: list[list[_Run]]  # per query block
+    bundles: list[_Bundle]
 
 
 class FlexPlan(NamedTuple):
@@ -46,6 +63,49 @@ class FlexPlan(NamedTuple):
     scale: float
     mask: ModEvaluator
     score: ModEvaluator | None
+    biases: TileBiases
+
+
+class TileBiases:
+    """The additive masks of one call's partial tiles (0 where a query may attend, -inf
+    where not), made once in the forward and met again in the backward.  Tiles whose masks
+    are equal -- a window's or a causal diagonal's, repeated down the diagonal -- share one
+    tensor; at most ``BIAS_ELEMENTS`` distinct elements are kept, the rest made again.
+
+    Adding a small broadcast bias costs a twentieth of ``masked_fill_`` with a broadcast
+    boolean on the same tile."""
+
+    def __init__(self) -> None:
+        self.by_tile: dict[tuple, torch.Tensor] = {}
+        self.distinct: dict[tuple, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.elements = 0
+
+    def get(self, tile: tuple, keep_fn: Callable[[], torch.Tensor], dtype: torch.dtype):
+        """The bias of ``tile`` (a hashable key), from ``keep_fn()`` the first time."""
+        bias = self.by_tile.get(tile)
+        if bias is None:
+            keep = keep_fn()
+            bias = self._shared(keep, dtype)
+            if bias is None:
+                return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill_(
+                    ~keep, float("-inf")
+                )
+            self.by_tile[tile] = bias
+        return bias
+
+    def _shared(self, keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+        """The kept bias equal to ``keep``'s, kept anew if the budget allows, else None."""
+        key = (tuple(keep.shape), int(keep.sum()) if keep.device.type == "cpu" else None)
+        same = self.distinct.setdefault(key, [])
+        for other, bias in same:
+            if keep.device.type == "cpu" and torch.equal(other, keep):
+                return bias
+        if self.elements + keep.numel() > BIAS_ELEMENTS:
+            return None
+        self.elements += keep.numel()
+        bias = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
+        same.append((keep, bias.masked_fill_(~keep, float("-inf"))))
+        return bias
 
 
 def plan_flex(
@@ -61,7 +121,7 @@ def plan_flex(
     mask_b, mask_h = partial.shape[:2]
     states = (partial.to(torch.int8) + 2 * full.to(torch.int8)).tolist()  # 0 / 1 / 2
     bq, bk = block_mask.BLOCK_SIZE
-    tk = block_mask.seq_lengths[1]
+    tq, tk = block_mask.seq_lengths
     width = MAX_RUN_COLS if bk <= MAX_RUN_COLS else bk
     step = max(1, TILE_ELEMENTS // ((heads if mask_h == 1 else 1) * bq * width))
     groups = []
@@ -71,6 +131,10 @@ def plan_flex(
             batch_ranges = [range(mb, mb + 1)]
         for mh in range(mask_h):
             visits = [_runs(row, bk, tk, width) for row in states[mb][mh]]
+            # A tile's rows per query block: G heads' (and a folded group's batches').
+            rows = bq * (per_kv if mask_h == 1 else 1) * (step if kv_batch < batch else 1)
+            widest = max((run.cols.stop - run.cols.start for v in visits for run in v), default=1)
+            bundles = _bundles(visits, bq, tq, max(1, TILE_ELEMENTS // (rows * widest)))
             for rng in batch_ranges:
                 batches = slice(rng.start, rng.stop)
                 whole = mask_h == 1
@@ -82,11 +146,46 @@ def plan_flex(
                         slice(0, kv_heads) if whole else slice(mh // per_kv, mh // per_kv + 1),
                         per_kv if whole else 1,
                         kv_batch == 1 and len(rng) > 1,
-                        visits,
+                        bundles,
                     )
                 )
     score = None if score_mod is None else ModEvaluator(score_mod, "score_mod")
-    return FlexPlan(groups, bq, scale, ModEvaluator(block_mask.mask_mod, "mask_mod"), score)
+    mask = ModEvaluator(block_mask.mask_mod, "mask_mod")
+    return FlexPlan(groups, bq, scale, mask, score, TileBiases())
+
+
+def _bundles(visits: list[list[_Run]], bq: int, tq: int, most: int) -> list[_Bundle]:
+    """The query blocks that visit something, as bundles of at most ``most`` blocks: blocks
+    whose runs sit at the same offsets from their first row, equally spaced."""
+    alike: dict[tuple, list[int]] = {}
+    for i, runs in enumerate(visits):
+        if runs:
+            start = i * bq
+            shape = tuple(
+                (
+                    r.cols.start - start,
+                    r.cols.stop - start,
+                    *((p.start - start, p.stop - start) for p in r.partial),
+                )
+                for r in runs
+            )
+            alike.setdefault((min(bq, tq - start), shape), []).append(i)
+    bundles = []
+    for (rows, _), blocks in alike.items():
+        first = 0
+        while first < len(blocks):  # the longest equally spaced stretch, at most `most` blocks
+            gap = blocks[first + 1] - blocks[first] if first + 1 < len(blocks) else 1
+            last = first + 1
+            while (
+                last < len(blocks)
+                and last - first < most
+                and blocks[last] - blocks[last - 1] == gap
+            ):
+                last += 1
+            i = blocks[first]
+            bundles.append(_Bundle(i * bq, gap * bq, last - first, rows, tuple(visits[i])))
+            first = last
+    return bundles
 
 
 def _runs(states: list[int], bk: int, tk: int, width: int) -> list[_Run]:
