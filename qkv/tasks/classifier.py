@@ -9,6 +9,7 @@ in [0, 1] for pictures, (B, T, C, S, S) for clips padded with ``PAD_FRAME`` fram
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from ..errors import InputError, MissingFileError
 from ..models import ClassifierConfig, ClipClassifierConfig, FrameTaggerConfig, build_model
 from ..models.classifier import CLIP_POOLS, IMAGE_POOLS, PAD_FRAME
 from ..training import Checkpoint, TrainConfig, TrainResult, load_checkpoint
+from ..training.validation import scores_the_loss
 from .classifier_eval import ClassifierScores, evaluate_classifier
 from .presets import Preset, preset_for
 from .task import TaskData, TaskSpec, train_task
@@ -224,11 +226,15 @@ def _build(setup: ClassifierSetup, splits: tuple, vocabulary: None) -> nn.Module
 
 def _datasets(setup: ClassifierSetup, model: nn.Module, splits: tuple, vocabulary) -> TaskData:
     train_data, valid_data = splits
+
+    @scores_the_loss
+    def valid_scores(m: nn.Module) -> dict[str, float]:  # accuracy and loss in one pass
+        scores = evaluate_classifier(m, valid_data)
+        loss = {"valid_loss": scores.loss, "valid_ppl": math.exp(min(scores.loss, 700.0))}
+        return {**scores.as_dict(), **loss}
+
     return TaskData(
-        train_data,
-        valid_data,
-        lambda m: evaluate_classifier(m, valid_data).as_dict(),
-        metadata={"classes": list(train_data.classes)},
+        train_data, valid_data, valid_scores, metadata={"classes": list(train_data.classes)}
     )
 
 

@@ -12,6 +12,7 @@ from torch import nn
 
 from ..data.batch import PAD_ID
 from ..data.clips import ClipSet
+from ..training.loss import sequence_loss
 
 if TYPE_CHECKING:
     from .classifier import ClassificationData
@@ -21,13 +22,15 @@ __all__ = ["ClassifierScores", "evaluate_classifier"]
 
 @dataclass
 class ClassifierScores:
-    """accuracy: share of labels right (per clip, picture or frame).  For per-frame clips,
+    """accuracy: share of labels right (per clip, picture or frame); loss: mean
+    cross-entropy per label (the training loss without smoothing).  For per-frame clips,
     occluded_accuracy / clear_accuracy: the same on occluded / unoccluded frames.  For clips
     pooled by attention, marked_weight: mean attention weight on the marked frame (a
     uniform pooling gives 1 / frames, ``uniform_weight``)."""
 
     accuracy: float
     count: int
+    loss: float | None = None
     occluded_accuracy: float | None = None
     clear_accuracy: float | None = None
     marked_weight: float | None = None
@@ -56,6 +59,7 @@ def evaluate_classifier(
             guess = output.logits[..., 1:].argmax(dim=-1) + 1  # never the <pad> id
             hit = ((guess == gold) & (gold != PAD_ID)).cpu()
             tally.count(hit, int((gold != PAD_ID).sum()))
+            tally.loss_sum += float(sequence_loss(output.logits, gold, pad_id=PAD_ID)[0])
             if clips is not None and data.task == "per-frame":
                 occluded = torch.zeros_like(hit)
                 for row, index in enumerate(indices):
@@ -79,6 +83,7 @@ class _Tally:
 
     right: int = 0
     total: int = 0
+    loss_sum: float = 0.0
     occluded_right: int = 0
     occluded: int | None = None
     marked: list[float] = dataclasses.field(default_factory=list)
@@ -93,7 +98,8 @@ class _Tally:
         self.occluded = (self.occluded or 0) + int(occluded.sum())
 
     def scores(self) -> ClassifierScores:
-        scores = ClassifierScores(accuracy=self.right / max(self.total, 1), count=self.total)
+        total = max(self.total, 1)
+        scores = ClassifierScores(self.right / total, self.total, self.loss_sum / total)
         if self.occluded is not None:
             clear = self.total - self.occluded
             scores.occluded_accuracy = self.occluded_right / max(self.occluded, 1)

@@ -17,6 +17,7 @@ from .schedules import PlateauLR
 from .state import BatchSampler, TrainerState, TrainingData
 
 __all__ = [
+    "scores_the_loss",
     "SampledBatches",
     "Validation",
     "validate",
@@ -29,6 +30,14 @@ __all__ = [
 
 #: Metrics where larger is better; every other metric (losses) is better when smaller.
 HIGHER_IS_BETTER = frozenset({"bleu", "chrf", "accuracy"})
+
+
+def scores_the_loss(evaluate: Callable[[nn.Module], Mapping[str, float]]):
+    """Mark an evaluate callback that reports ``valid_loss`` and ``valid_ppl`` itself, over
+    every validation item and from the same forward pass as its other metrics: validation
+    then makes no loss pass of its own (one pass over the data, not two)."""
+    evaluate.scores_the_loss = True
+    return evaluate
 
 
 class SampledBatches:
@@ -67,7 +76,8 @@ class Validation:
         autocast: AbstractContextManager,
     ):
         self.data, self.all_batches, self.context = data, batches, context
-        sampling = 0 < sample < len(batches.batches(0))
+        # An evaluate callback that scores the loss scores every item: nothing to sample.
+        sampling = 0 < sample < len(batches.batches(0)) and not _scores_loss(evaluate)
         self.sampled = SampledBatches(batches, sample) if sampling else None
         self.evaluate, self.autocast = evaluate, autocast
 
@@ -107,18 +117,25 @@ def validate(
     evaluate: Callable[[nn.Module], Mapping[str, float]] | None,
     autocast: AbstractContextManager,
 ) -> dict[str, float]:
-    """Validation loss (all ranks) and the evaluate callback's metrics (rank 0), the same on
-    every rank; leaves the model in training mode."""
+    """Validation loss (all ranks; unless the evaluate callback ``scores_the_loss``) and the
+    evaluate callback's metrics (rank 0), the same on every rank; leaves the model in
+    training mode."""
     model.eval()
     with torch.no_grad():
-        with autocast:
-            metrics = validation_loss(model, data, batches, context)
+        metrics = {}
+        if not _scores_loss(evaluate):
+            with autocast:
+                metrics = validation_loss(model, data, batches, context)
         extra = {}
         if evaluate is not None and context.is_main:
             extra = {key: float(value) for key, value in evaluate(model).items()}
     metrics.update(broadcast_object(extra, context))
     model.train()
     return metrics
+
+
+def _scores_loss(evaluate: Callable | None) -> bool:
+    return getattr(evaluate, "scores_the_loss", False)
 
 
 def validation_loss(
