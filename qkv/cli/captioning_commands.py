@@ -7,20 +7,11 @@ Hooks for ``qkv.cli.main``: :func:`add_train_parser` (under `qkv train`) and :fu
 from __future__ import annotations
 
 import argparse
-import functools
 
 from ..tasks.captioning import CaptioningSetup
 from ..tasks.presets import preset_for
-from .options import (
-    add_checkpoint_options,
-    add_command,
-    add_setup_options,
-    add_train_options,
-    call_with_options,
-    report_run,
-    setup_from,
-    train_from_args,
-)
+from .commands import add_checkpoint_options, add_command, report_run, train_task_from_args
+from .options import add_task_options, call_with_options
 
 __all__ = ["add_train_parser", "register"]
 
@@ -80,10 +71,9 @@ def add_train_parser(tasks: argparse._SubParsersAction) -> None:
     captioning.add_argument(
         "--out", required=True, help="run folder (checkpoints, vocab, log.jsonl)"
     )
-    add_setup_options(
-        captioning, CaptioningSetup, SETUP_HELP, flags={"doubly_stochastic": "--lambda"}
-    )
-    add_train_options(captioning, {"captioning": preset_for("captioner", "default")})
+    presets = {"captioning": preset_for("captioner", "default")}
+    flags = {"doubly_stochastic": "--lambda"}
+    add_task_options(captioning, CaptioningSetup, SETUP_HELP, presets, flags=flags)
     captioning.set_defaults(run=_train_captioning)
 
 
@@ -113,10 +103,8 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
 
 def _train_captioning(args: argparse.Namespace) -> int:
     from ..tasks.captioning import CAPTIONING
-    from ..tasks.task import train_with_options
 
-    train = functools.partial(train_with_options, CAPTIONING)
-    return report_run(train_from_args(train, setup_from(args, CaptioningSetup), args), args.out)
+    return report_run(train_task_from_args(CAPTIONING, CaptioningSetup, args), args.out)
 
 
 def _caption(args: argparse.Namespace) -> int:

@@ -9,16 +9,8 @@ import json
 
 from ..tasks.classifier import ClassifierSetup
 from ..tasks.presets import PRESETS, sizes_of
-from .options import (
-    add_checkpoint_options,
-    add_command,
-    add_setup_options,
-    add_train_options,
-    call_with_options,
-    report_run,
-    setup_from,
-    train_from_args,
-)
+from .commands import add_checkpoint_options, add_command, report_run, train_from_args
+from .options import add_task_options, call_with_options, setup_from
 
 __all__ = ["register", "add_train_parser", "add_classify_parser"]
 
@@ -71,9 +63,8 @@ def add_train_parser(tasks: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--out", required=True, help="run folder (checkpoints, log.jsonl)")
     parser.add_argument("--json", action="store_true", help="print the test scores as JSON")
-    add_setup_options(parser, ClassifierSetup, SETUP_HELP)
     presets = {size: PRESETS[("classifier", size)] for size in sizes_of("classifier")}
-    add_train_options(parser, presets)
+    add_task_options(parser, ClassifierSetup, SETUP_HELP, presets)
     parser.set_defaults(run=_train_classifier)
 
 

@@ -7,7 +7,8 @@ import json
 
 from ..data import SPLITS
 from ..tasks.evaluate import EvaluationRequest, evaluate_checkpoint
-from .options import add_checkpoint_options, add_command, setup_from
+from .commands import add_checkpoint_options, add_command
+from .options import setup_from
 
 __all__ = ["register"]
 

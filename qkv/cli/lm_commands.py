@@ -3,21 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 
 from ..tasks.lm import LMSetup
 from ..tasks.presets import PRESETS, sizes_of
-from .options import (
-    add_setup_options,
-    add_train_options,
-    call_with_options,
-    report_run,
-    setup_from,
-    train_from_args,
-)
-
-EXAMPLE = "\n\nexample:\n  "
+from .commands import add_command, report_run, train_task_from_args
+from .options import add_task_options, call_with_options
 
 #: LMSetup field -> help of its option.
 SETUP_HELP = {
@@ -39,35 +30,32 @@ SETUP_HELP = {
 
 def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAction) -> None:
     """Add `qkv train lm` (to ``tasks``, the subcommands of `qkv train`) and `qkv generate`."""
-    raw = argparse.RawDescriptionHelpFormatter
-    lm = tasks.add_parser(
+    lm = add_command(
+        tasks,
         "lm",
         help="train a decoder-only language model (GPT) on text",
         description="Train a decoder-only Transformer language model on the built-in King James "
         "Bible (kjv, ~4.5 MB of English) or any UTF-8 text file (its last 5% of lines are the "
         "validation text). Checkpoints, the tokenizer and log.jsonl (with validation loss and "
-        "perplexity) go to --out; --resume continues exactly; `qkv curves` plots the run."
-        + EXAMPLE
-        + "qkv train lm --data kjv --out runs/lm --size small --max-minutes 10 --threads 1"
-        + "\n  qkv train lm --data my.txt --out runs/mine --tokenizer bytebpe --positions rope",
-        formatter_class=raw,
+        "perplexity) go to --out; --resume continues exactly; `qkv curves` plots the run.",
+        examples="qkv train lm --data kjv --out runs/lm --size small --max-minutes 10 --threads 1"
+        "\nqkv train lm --data my.txt --out runs/mine --tokenizer bytebpe --positions rope",
     )
     lm.add_argument("--out", required=True, help="run folder (checkpoints, tokenizer, log.jsonl)")
-    add_setup_options(lm, LMSetup, {None: SETUP_HELP})
     presets = {size: PRESETS[("lm", size)] for size in sizes_of("lm")}
-    add_train_options(lm, presets, notes={"max_tokens": "--batch-size windows of the context"})
+    notes = {"max_tokens": "--batch-size windows of the context"}
+    add_task_options(lm, LMSetup, {None: SETUP_HELP}, presets, notes=notes)
     lm.set_defaults(run=_train_lm)
 
-    generate = commands.add_parser(
+    generate = add_command(
+        commands,
         "generate",
         help="generate text with a trained language model (streams as it samples)",
         description="Continue a prompt with a language model trained by `qkv train lm`, printing "
-        "tokens as they are sampled. The prompt comes from --prompt or stdin."
-        + EXAMPLE
-        + 'qkv generate --checkpoint runs/lm --prompt "And God said" --max-new-tokens 200 --seed 1'
-        + '\n  echo "In the beginning" | qkv generate --checkpoint runs/lm --top-k 20'
-        + '\n  qkv generate --pretrained models/qwen2 "The capital of France is" --temperature 0',
-        formatter_class=raw,
+        "tokens as they are sampled. The prompt comes from --prompt or stdin.",
+        examples='qkv generate --checkpoint runs/lm --prompt "And God said" --max-new-tokens 200 '
+        '--seed 1\necho "In the beginning" | qkv generate --checkpoint runs/lm --top-k 20'
+        '\nqkv generate --pretrained models/qwen2 "The capital of France is" --temperature 0',
     )
     generate.add_argument("--checkpoint", help="a run folder or a step folder")
     generate.add_argument("--pretrained", help="a Hugging Face gpt2/llama/qwen2/mistral folder")
@@ -91,10 +79,8 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
 
 def _train_lm(args: argparse.Namespace) -> int:
     from ..tasks.lm import LM
-    from ..tasks.task import train_with_options
 
-    train = functools.partial(train_with_options, LM)
-    result = train_from_args(train, setup_from(args, LMSetup), args)
+    result = train_task_from_args(LM, LMSetup, args)
     # the last validation scored the whole text as well (``*_full``): report that one
     full = {k.removesuffix("_full"): v for k, v in result.valid.items() if k.endswith("_full")}
     valid = full or result.valid

@@ -16,24 +16,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..tasks.presets import Preset
-from ..tasks.task import RECIPE_FIELDS, use_threads
-from ..training import TrainConfig, TrainResult
+from ..tasks.task import RECIPE_FIELDS
+from ..training import TrainConfig
 from ..training.config import SCHEDULES
 from ..training.recipes import WARMUP_FRACTION
 from ..training.schedules import schedule_option
 
 __all__ = [
-    "add_command",
-    "add_checkpoint_options",
     "add_setup_options",
     "setup_from",
     "call_with_options",
     "add_train_options",
+    "add_task_options",
     "given_train_values",
     "record_flags",
     "flags_of",
-    "train_from_args",
-    "report_run",
 ]
 
 _DEFAULTS = TrainConfig()
@@ -76,26 +73,6 @@ _FITTED = {
     "warmup_steps": f", cut to {WARMUP_FRACTION * 100:.0f}%% of the planned steps when the "
     "budget is short; for --max-minutes the steps/s are measured on a few batches first",
 }
-
-
-def add_command(
-    commands: argparse._SubParsersAction, name: str, *, help: str, description: str, examples: str
-) -> argparse.ArgumentParser:
-    """A subcommand whose ``--help`` shows ``description`` as written, then the ``examples``
-    (one command a line)."""
-    example = "\n  ".join(examples.splitlines())
-    return commands.add_parser(
-        name,
-        help=help,
-        description=f"{description}\n\nexample:\n  {example}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-
-
-def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
-    """``--checkpoint`` (required) and ``--device``: what every command reading a run takes."""
-    parser.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
 
 
 def _flag(name: str) -> str:
@@ -240,6 +217,22 @@ def add_train_options(
     )
 
 
+def add_task_options(
+    parser: argparse.ArgumentParser,
+    setup_type: type,
+    sections: Mapping[str | None, Mapping[str, str]],
+    presets: Mapping[str, Preset],
+    *,
+    flags: Mapping[str, str] | None = None,
+    notes: Mapping[str, str] | None = None,
+) -> None:
+    """What a `qkv train` task takes: an option per field of its ``setup_type``
+    (:func:`add_setup_options`, with ``sections`` and ``flags``), then the trainer's, with
+    the defaults of the family's ``presets`` (:func:`add_train_options`, with ``notes``)."""
+    add_setup_options(parser, setup_type, sections, flags=flags)
+    add_train_options(parser, presets, notes=notes)
+
+
 def given_train_values(args: argparse.Namespace) -> dict[str, Any]:
     """The TrainConfig fields the user gave (``--epochs 0``: no epoch limit); a schedule's
     options go into ``schedule_options``."""
@@ -275,23 +268,3 @@ def flags_of(args: argparse.Namespace, fields: tuple[str, ...]) -> list[str]:
         given = value is not None and not isinstance(value, bool)
         shown.append(f"{flag} {value}" if given else flag)
     return shown
-
-
-def train_from_args(train: Callable[..., TrainResult], setup: Any, args: argparse.Namespace):
-    """Apply ``--threads``, then call a task's ``train(setup, out_dir, given=..., resume=...,
-    say=...)`` with the trainer values the user gave."""
-    use_threads(args.threads)
-    return train(setup, args.out, given=given_train_values(args), resume=args.resume, say=print)
-
-
-def report_run(result: TrainResult, checkpoint: str, summary: str = "") -> int:
-    """The two lines every `qkv train` prints: what the run did, and where it is."""
-    best = summary
-    if not best and result.best_metric:
-        best = f", best {result.best_metric} {result.best_value:.4g} at step {result.best_step}"
-    print(
-        f"done: {result.steps} steps, {result.epochs} epochs, {result.elapsed:.0f} s, "
-        f"stopped by {result.stop_reason}{best}"
-    )
-    print(f"checkpoint: {checkpoint}")
-    return 0

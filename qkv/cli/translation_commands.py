@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 
 from ..errors import InputError
 from ..tasks.presets import PRESETS, SMALL_DATA_TRANSFORMER, sizes_of
 from ..tasks.translation import TranslationSetup
-from .options import add_setup_options, add_train_options, report_run, setup_from, train_from_args
-
-EXAMPLE = "\n\nexample:\n  "
+from .commands import add_command, report_run, train_task_from_args
+from .options import add_task_options
 
 _SMALL = SMALL_DATA_TRANSFORMER
 _SIZES = "; ".join(
@@ -47,41 +45,36 @@ SETUP_HELP = {
 def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAction) -> None:
     """Add `qkv train translation` (to ``tasks``, the subcommands of `qkv train`), `qkv
     translate`."""
-    raw = argparse.RawDescriptionHelpFormatter
-
-    translation = tasks.add_parser(
+    translation = add_command(
+        tasks,
         "translation",
         help="train a translator (Transformer, RNN with attention, RNN baseline)",
         description="Train a translator on a built-in corpus (dates, ding-de-en, bible-en-es) or "
         "your own files (x.tsv of source<TAB>target lines, or src.txt,tgt.txt; '{split}' in a "
         "path is replaced by train/valid/test). Checkpoints, the tokenizer and log.jsonl go to "
-        "--out; --resume continues an interrupted run exactly."
-        + EXAMPLE
-        + "qkv train translation --model transformer --data ding-de-en --out runs/de-en --max-minutes 30"
-        + "\n  qkv train translation --model rnn-attention --score general --data dates --out runs/rnn",
-        formatter_class=raw,
+        "--out; --resume continues an interrupted run exactly.",
+        examples="qkv train translation --model transformer --data ding-de-en --out runs/de-en "
+        "--max-minutes 30\nqkv train translation --model rnn-attention --score general --data "
+        "dates --out runs/rnn",
     )
     translation.add_argument(
         "--out", required=True, help="run folder (checkpoints, tokenizer, log.jsonl)"
     )
-    add_setup_options(translation, TranslationSetup, {None: SETUP_HELP})
-    add_train_options(
-        translation,
-        {
-            f"{family} {size}": PRESETS[(family, size)]
-            for family in ("transformer", "rnn")
-            for size in sizes_of(family)
-        },
-    )
+    presets = {
+        f"{family} {size}": PRESETS[(family, size)]
+        for family in ("transformer", "rnn")
+        for size in sizes_of(family)
+    }
+    add_task_options(translation, TranslationSetup, {None: SETUP_HELP}, presets)
     translation.set_defaults(run=_train_translation)
 
-    translate = commands.add_parser(
+    translate = add_command(
+        commands,
         "translate",
         help="translate sentences with a trained checkpoint",
-        description="Translate sentences given as arguments, or one per line on stdin."
-        + EXAMPLE
-        + 'qkv translate --checkpoint qkv-demo "the 3rd of March 1998" "3/3/98"\n  echo "Das ist gut." | qkv translate --checkpoint runs/de-en --beam 4',
-        formatter_class=raw,
+        description="Translate sentences given as arguments, or one per line on stdin.",
+        examples='qkv translate --checkpoint qkv-demo "the 3rd of March 1998" "3/3/98"\necho '
+        '"Das ist gut." | qkv translate --checkpoint runs/de-en --beam 4',
     )
     translate.add_argument(
         "--checkpoint", required=True, help="a run folder (its best checkpoint) or a step folder"
@@ -101,11 +94,9 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
 
 
 def _train_translation(args: argparse.Namespace) -> int:
-    from ..tasks.task import train_with_options
     from ..tasks.translation import TRANSLATION
 
-    train = functools.partial(train_with_options, TRANSLATION)
-    return report_run(train_from_args(train, setup_from(args, TranslationSetup), args), args.out)
+    return report_run(train_task_from_args(TRANSLATION, TranslationSetup, args), args.out)
 
 
 def _translate(args: argparse.Namespace) -> int:

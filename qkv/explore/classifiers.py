@@ -36,13 +36,11 @@ class ClassifierAdapter(ExplorerAdapter):
 
     takes_labels = True
     item_name, dims = "clip", 4  # a clip (T, C, S, S)
+    config_facts = {"classes": "num_classes", "grid": "grid"}
 
     @abstractmethod
     def input_views(self, model, item: Tensor, attention: dict, names: list[str]) -> dict:
         """The page entry's fields from the attention of one input: views, picture or frames."""
-
-    def facts(self, model: nn.Module) -> dict[str, Any]:
-        return dict(classes=model.config.num_classes, grid=model.config.grid)
 
     def true_label(self, label, count: int):
         return int(label)
@@ -94,6 +92,7 @@ class ClassifierAdapter(ExplorerAdapter):
 class ImageClassifierAdapter(ClassifierAdapter):
     kind, views = "image-classifier", ("feature", "regions")
     item_name, dims = "image", 3
+    config_facts = {**ClassifierAdapter.config_facts, "pool": "region_pool"}
 
     def refusal(self, model: nn.Module) -> str | None:
         config = model.config
@@ -105,12 +104,7 @@ class ImageClassifierAdapter(ClassifierAdapter):
         )
 
     def facts(self, model: nn.Module) -> dict[str, Any]:
-        config = model.config
-        return dict(
-            super().facts(model),
-            pool=config.region_pool,
-            feature_attention=bool(config.feature_attention),
-        )
+        return dict(super().facts(model), feature_attention=bool(model.config.feature_attention))
 
     def input_views(self, model, item, attention, names) -> dict:
         grid = model.config.grid
@@ -127,6 +121,7 @@ class ImageClassifierAdapter(ClassifierAdapter):
 
 class ClipClassifierAdapter(ClassifierAdapter):
     kind, views = "clip-classifier", ("frames",)
+    config_facts = {**ClassifierAdapter.config_facts, "pool": "pool"}
 
     def refusal(self, model: nn.Module) -> str | None:
         pool = model.config.pool
@@ -137,9 +132,6 @@ class ClipClassifierAdapter(ClassifierAdapter):
             "explore; train with pool='attention'"
         )
 
-    def facts(self, model: nn.Module) -> dict[str, Any]:
-        return dict(super().facts(model), pool=model.config.pool)
-
     def input_views(self, model, item, attention, names) -> dict:
         frames = [f"{t}" for t in range(len(item))]
         title = "attention pooling over the frames"
@@ -149,6 +141,11 @@ class ClipClassifierAdapter(ClassifierAdapter):
 
 class FrameTaggerAdapter(ClassifierAdapter):
     kind, views = "frame-tagger", ("self",)
+    config_facts = {
+        **ClassifierAdapter.config_facts,
+        "layers": "tagger_layers",
+        "heads": "num_heads",
+    }
 
     def refusal(self, model: nn.Module) -> str | None:
         if model.config.tagger_layers:
@@ -156,14 +153,6 @@ class FrameTaggerAdapter(ClassifierAdapter):
         return (
             "has no self-attention blocks (tagger_layers=0): nothing to explore; "
             "train with tagger_layers=1 or more"
-        )
-
-    def facts(self, model: nn.Module) -> dict[str, Any]:
-        config = model.config
-        return dict(
-            super().facts(model),
-            layers=config.tagger_layers,
-            heads=config.num_heads,
         )
 
     def true_label(self, label, count: int):

@@ -49,9 +49,6 @@ class NoAttention(ExplorerAdapter):
     def refusal(self, model: nn.Module) -> str | None:
         return BASELINE
 
-    def facts(self, model: nn.Module) -> dict[str, Any]:
-        return {}
-
     def pages(self, model, inputs, request):
         return []
 
@@ -111,14 +108,11 @@ class TransformerAdapter(TranslatorAdapter):
 
     kind, views = "transformer", ("encoder", "decoder", "cross")
     vectors = True
-
-    def facts(self, model: nn.Module) -> dict[str, Any]:
-        config = model.config
-        return dict(
-            encoder_layers=config.num_encoder_layers,
-            decoder_layers=config.num_decoder_layers,
-            heads=config.num_heads,
-        )
+    config_facts = {
+        "encoder_layers": "num_encoder_layers",
+        "decoder_layers": "num_decoder_layers",
+        "heads": "num_heads",
+    }
 
     def positions(self, model: nn.Module) -> int | None:
         return model.config.max_len
@@ -136,9 +130,7 @@ class RNNAdapter(TranslatorAdapter):
     """The greedy hypothesis and every beam hypothesis, each with its alignment."""
 
     kind, views = "rnn-attention", ("greedy", "beam N")
-
-    def facts(self, model: nn.Module) -> dict[str, Any]:
-        return dict(score=model.config.attention)
+    config_facts = {"score": "attention"}
 
     def shown(self, hypotheses: list[Decoded], beam: int) -> list[Decoded]:
         return hypotheses
@@ -193,13 +185,10 @@ class CaptionerAdapter(ExplorerAdapter):
     """A captioner on images (3, H, W) in [0, 1]; ``tokenizer`` is its word vocabulary."""
 
     kind, views = "captioner", ("greedy", "beam N")
+    config_facts = {"grid": "grid", "gate": "gate", "score": "score"}  # gate: a checked bool
 
     def refusal(self, model: nn.Module) -> str | None:
         return None if model.config.attention else BASELINE
-
-    def facts(self, model: nn.Module) -> dict[str, Any]:
-        config = model.config
-        return dict(grid=config.grid, gate=bool(config.gate), score=config.score)
 
     def pages(self, model, inputs, request: ExploreRequest) -> list[dict[str, Any]]:
         return [self._page(model, item, index, request) for index, item in enumerate(inputs)]

@@ -82,18 +82,13 @@ class LanguageModelAdapter(ExplorerAdapter):
 
     kind, views = "lm", ("self",)
     generates = vectors = True
+    config_facts = {"layers": "num_layers", "heads": "num_heads", "kv_heads": "num_kv_heads"}
 
     def attention_modules(self, model: nn.Module) -> list[nn.Module]:
         return [block.self_attention for block in model.blocks]
 
     def facts(self, model: nn.Module) -> dict[str, Any]:
-        config = model.config
-        return dict(
-            layers=config.num_layers,
-            heads=config.num_heads,
-            kv_heads=config.num_kv_heads,
-            positions=self.position_scheme(config),
-        )
+        return dict(super().facts(model), positions=self.position_scheme(model.config))
 
     def position_scheme(self, config: Any) -> str:
         """The position scheme the page's header names."""

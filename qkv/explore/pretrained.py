@@ -99,13 +99,10 @@ class EncoderAdapter(ExplorerAdapter):
 
     kind, views = "encoder", ("encoder",)
     vectors = True
+    config_facts = {"layers": "num_layers", "heads": "num_heads", "positions": "max_len"}
 
     def attention_modules(self, model: nn.Module) -> list[nn.Module]:
         return [layer.self_attention for layer in model.encoder.layers]
-
-    def facts(self, model: nn.Module) -> dict[str, Any]:
-        config = model.config
-        return dict(layers=config.num_layers, heads=config.num_heads, positions=config.max_len)
 
     @torch.no_grad()
     def text_attention(self, model, tokenizer, text, index: int = 0):

@@ -13,7 +13,7 @@ input (``pages``).  Adding a model family to the explorer is one adapter, regist
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,8 @@ class ExplorerAdapter(ABC):
     views: the ids of the attention views its pages hold, in the page's order (one per
         hypothesis for families that show several hypotheses side by side: then the id
         names the search).
+    config_facts: the facts of the page's header that are fields of ``model.config``, as
+        fact -> field (what :meth:`facts` returns unless a family adds to it).
     takes_labels: whether ``labels=`` (true classes) applies.
     generates: whether ``generate=`` (tokens sampled after each prompt) applies.
     vectors: whether ``vectors=`` (q, k, v of some layers, for the neuron view) applies.
@@ -66,6 +68,7 @@ class ExplorerAdapter(ABC):
 
     kind: str
     views: tuple[str, ...]
+    config_facts: Mapping[str, str] = {}
     takes_labels: bool = False
     generates: bool = False
     vectors: bool = False
@@ -74,9 +77,9 @@ class ExplorerAdapter(ABC):
         """Why this model has no attention weights to show (with the fix), or None."""
         return None
 
-    @abstractmethod
     def facts(self, model: nn.Module) -> dict[str, Any]:
-        """The page's ``model`` entry beyond ``kind`` and ``class``."""
+        """The page's ``model`` entry beyond ``kind`` and ``class``: the ``config_facts``."""
+        return {fact: getattr(model.config, name) for fact, name in self.config_facts.items()}
 
     @abstractmethod
     def pages(

@@ -64,6 +64,10 @@ __all__ = [
 SCENES_LAMBDA, KARPATHY_LAMBDA = 0.0, 0.1
 
 
+#: CaptionerConfig's defaults, which the setup's model fields keep (declared there, once).
+_MODEL = {f.name: f.default for f in dataclasses.fields(CaptionerConfig)}
+
+
 @dataclass(frozen=True)
 class CaptioningSetup:
     """What to train on and which captioner to build (the trainer's knobs are a TrainConfig).
@@ -78,8 +82,9 @@ class CaptioningSetup:
         The validation images give the validation loss and, decoded greedily, BLEU-4.
     score, attention, gate, doubly_stochastic, encoder, pretrained_encoder, grid,
     feature_dim, embedding_dim, hidden_dim, attention_dim, dropout: the
-        :class:`~qkv.models.CaptionerConfig` fields of the same names (``attention=False``
-        is the mean-feature baseline; ``doubly_stochastic`` is the regulariser's lambda).
+        :class:`~qkv.models.CaptionerConfig` fields of the same names and, but for
+        ``doubly_stochastic``, the same defaults (``attention=False`` is the mean-feature
+        baseline; ``doubly_stochastic`` is the regulariser's lambda).
         Lambda (None: by the data) is 0 on the scenes and 0.1 on a Karpathy JSON, not the
         paper's 1: the regulariser asks each of the 64 regions to be looked at about once
         per caption, while an object of these scenes covers under a tenth of the image.  On
@@ -100,18 +105,18 @@ class CaptioningSetup:
     max_caption_len: int = 20
     train_size: int | None = None
     valid_size: int | None = 300
-    score: str = field(default="additive", metadata={"choices": tuple(available_scores())})
-    attention: bool = True
-    gate: bool = True
+    score: str = field(default=_MODEL["score"], metadata={"choices": tuple(available_scores())})
+    attention: bool = _MODEL["attention"]
+    gate: bool = _MODEL["gate"]
     doubly_stochastic: float | None = None
-    encoder: str = "resnet-small"
-    pretrained_encoder: bool = False
-    grid: int = 8
-    feature_dim: int = 128
-    embedding_dim: int = 128
-    hidden_dim: int = 256
-    attention_dim: int | None = 128
-    dropout: float = 0.1
+    encoder: str = _MODEL["encoder"]
+    pretrained_encoder: bool = _MODEL["pretrained_encoder"]
+    grid: int = _MODEL["grid"]
+    feature_dim: int = _MODEL["feature_dim"]
+    embedding_dim: int = _MODEL["embedding_dim"]
+    hidden_dim: int = _MODEL["hidden_dim"]
+    attention_dim: int | None = _MODEL["attention_dim"]
+    dropout: float = _MODEL["dropout"]
     encoder_from: str | None = None
     freeze_encoder: bool = False
 

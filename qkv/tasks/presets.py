@@ -40,6 +40,9 @@ class Preset:
     summary: str = ""
 
 
+#: ``medium``, the Transformer: 3 + 3 blocks 256 wide (the sizes of ``small-data`` too).
+_MEDIUM = dict(d_model=256, num_heads=4, num_encoder_layers=3, num_decoder_layers=3, d_ff=1024)
+
 #: ``small-data``, the Transformer.  Started from the low-resource recipes of Sennrich &
 #: Zhang (2019, "Revisiting Low-Resource NMT") and Araabi & Monz (2020, "Optimizing
 #: Transformer for Low-Resource NMT"): pre-norm blocks, few layers and heads, dropout 0.3 on
@@ -53,11 +56,7 @@ class Preset:
 #: recipes (2e-3, from the published 1e-3) were chosen the same way; the recipes add the
 #: plateau schedule and label smoothing 0.1.
 SMALL_DATA_TRANSFORMER: dict[str, Any] = dict(
-    d_model=256,
-    num_heads=4,
-    num_encoder_layers=3,
-    num_decoder_layers=3,
-    d_ff=1024,
+    _MEDIUM,
     norm_first=True,
     dropout=0.1,
     attention_dropout=0.1,
@@ -75,7 +74,6 @@ SMALL_DATA_RNN: dict[str, Any] = dict(embedding_dim=256, hidden_dim=256, dropout
 #: (Sennrich & Zhang 2019; 4,000 is what docs/results.md's ding runs used).
 SMALL_DATA_VOCAB_SIZE, DEFAULT_VOCAB_SIZE = 4000, 8000
 
-_MEDIUM = dict(d_model=256, num_heads=4, num_encoder_layers=3, num_decoder_layers=3, d_ff=1024)
 _PLATEAU = dict(max_tokens=2048, schedule="plateau", label_smoothing=0.1)
 #: The language model and the classifiers train with fixed values, not a fitted recipe.
 _FIXED = dict(lr=2e-3, warmup_steps=100, label_smoothing=0.0, validate_every=250)
@@ -101,53 +99,58 @@ _LM = dict(
     eval_batches=10,
 )
 
+#: What each translation size is for, the same for both families (``base`` says its own).
+_TRANSLATION_SUMMARIES = {
+    "small": "CPU-sized",
+    "medium": "for corpora of ~10-100k sentence pairs, with dropout 0.3",
+    "small-data": "low-resource recipes chosen on ding-de-en's valid split",
+}
+
+
+def _translation(
+    size: str, recipe: Recipe, model: Mapping[str, Any] | None = None, summary: str = ""
+) -> Preset:
+    """A translation size of either family: small-data trains the small BPE vocabulary, the
+    other sizes the default one."""
+    vocab_size = SMALL_DATA_VOCAB_SIZE if size == "small-data" else DEFAULT_VOCAB_SIZE
+    summary = summary or _TRANSLATION_SUMMARIES[size]
+    return Preset(model=model or {}, recipe=recipe, vocab_size=vocab_size, summary=summary)
+
+
 #: (family, size) -> preset.  Small sizes: measured on `dates` and the scenes (see
 #: docs/results.md, "Defaults that learn"); base: the papers' settings (Vaswani et al. 2017).
 PRESETS: dict[tuple[str, str], Preset] = {
-    ("transformer", "small"): Preset(
-        recipe=Recipe(lr=3e-3, warmup_steps=200, max_tokens=512),
-        vocab_size=DEFAULT_VOCAB_SIZE,
-        summary="CPU-sized",
+    ("transformer", "small"): _translation(
+        "small", Recipe(lr=3e-3, warmup_steps=200, max_tokens=512)
     ),
-    ("transformer", "medium"): Preset(
-        model={**_MEDIUM, "dropout": 0.3},
-        recipe=Recipe(lr=1e-3, warmup_steps=1000, max_tokens=4096),
-        vocab_size=DEFAULT_VOCAB_SIZE,
-        summary="for corpora of ~10-100k sentence pairs, with dropout 0.3",
+    ("transformer", "medium"): _translation(
+        "medium", Recipe(lr=1e-3, warmup_steps=1000, max_tokens=4096), {**_MEDIUM, "dropout": 0.3}
     ),
-    ("transformer", "small-data"): Preset(
-        model=SMALL_DATA_TRANSFORMER,
-        recipe=Recipe(lr=2e-3, warmup_steps=1000, **_PLATEAU),
-        vocab_size=SMALL_DATA_VOCAB_SIZE,
-        summary="low-resource recipes chosen on ding-de-en's valid split",
+    ("transformer", "small-data"): _translation(
+        "small-data", Recipe(lr=2e-3, warmup_steps=1000, **_PLATEAU), SMALL_DATA_TRANSFORMER
     ),
-    ("transformer", "base"): Preset(
-        recipe=Recipe(lr=5e-4, warmup_steps=4000, max_tokens=4096),
-        vocab_size=DEFAULT_VOCAB_SIZE,
+    ("transformer", "base"): _translation(
+        "base",
+        Recipe(lr=5e-4, warmup_steps=4000, max_tokens=4096),
         summary="the paper's Transformer",
     ),
-    ("rnn", "small"): Preset(
-        model=dict(embedding_dim=256, hidden_dim=256),
-        recipe=Recipe(lr=3e-3, warmup_steps=100, max_tokens=1024),
-        vocab_size=DEFAULT_VOCAB_SIZE,
-        summary="CPU-sized",
+    ("rnn", "small"): _translation(
+        "small",
+        Recipe(lr=3e-3, warmup_steps=100, max_tokens=1024),
+        dict(embedding_dim=256, hidden_dim=256),
     ),
-    ("rnn", "medium"): Preset(
-        model=dict(embedding_dim=256, hidden_dim=256, dropout=0.3),
-        recipe=Recipe(lr=1e-3, warmup_steps=200, max_tokens=4096),
-        vocab_size=DEFAULT_VOCAB_SIZE,
-        summary="for corpora of ~10-100k sentence pairs, with dropout 0.3",
+    ("rnn", "medium"): _translation(
+        "medium",
+        Recipe(lr=1e-3, warmup_steps=200, max_tokens=4096),
+        dict(embedding_dim=256, hidden_dim=256, dropout=0.3),
     ),
-    ("rnn", "small-data"): Preset(
-        model=SMALL_DATA_RNN,
-        recipe=Recipe(lr=2e-3, warmup_steps=300, **_PLATEAU),
-        vocab_size=SMALL_DATA_VOCAB_SIZE,
-        summary="low-resource recipes chosen on ding-de-en's valid split",
+    ("rnn", "small-data"): _translation(
+        "small-data", Recipe(lr=2e-3, warmup_steps=300, **_PLATEAU), SMALL_DATA_RNN
     ),
-    ("rnn", "base"): Preset(
-        model=dict(embedding_dim=512, hidden_dim=512),
-        recipe=Recipe(lr=1e-3, warmup_steps=1000, max_tokens=4096),
-        vocab_size=DEFAULT_VOCAB_SIZE,
+    ("rnn", "base"): _translation(
+        "base",
+        Recipe(lr=1e-3, warmup_steps=1000, max_tokens=4096),
+        dict(embedding_dim=512, hidden_dim=512),
         summary="512 wide",
     ),
     # no label smoothing (a caption word has few right answers), more frequent validation

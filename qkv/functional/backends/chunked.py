@@ -68,27 +68,21 @@ def chunked_attention(
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     repeats = query.shape[1] // key.shape[1]
     key, value = repeat_kv(key, repeats), repeat_kv(value, repeats)
-    output, lse = _run(query, key, value, mask, bool(causal), scale, block_size)
+    call = AttentionCall(query, key, value, mask, bool(causal), scale, 0.0, False)
+    output, lse = _run(call, block_size)
     return (output, lse) if return_lse else output
 
 
-def _run(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor | None,
-    causal: bool,
-    scale: float,
-    block_size: int,
-) -> tuple[Tensor, Tensor]:
-    """Validated tensors (causal with Tk >= Tq) -> (output (B, H, Tq, Dv) in query's dtype,
-    lse (B, H, Tq))."""
-    dtype = compute_dtype(query.dtype)
-    args = [t.to(dtype) for t in (query, key, value)]
+def _run(call: AttentionCall, block_size: int) -> tuple[Tensor, Tensor]:
+    """A validated call (causal with Tk >= Tq, key/value heads repeated), in tiles of
+    ``block_size`` -> (output (B, H, Tq, Dv) in the query's dtype, lse (B, H, Tq))."""
+    dtype = compute_dtype(call.query.dtype)
+    args = [t.to(dtype) for t in (call.query, call.key, call.value)]
+    mask = call.mask
     if mask is not None and mask.is_floating_point():
         mask = mask.to(dtype)
-    output, lse = ChunkedAttentionFunction.apply(*args, mask, causal, scale, block_size)
-    return output.to(query.dtype), lse
+    output, lse = ChunkedAttentionFunction.apply(*args, mask, call.causal, call.scale, block_size)
+    return output.to(call.query.dtype), lse
 
 
 def weights_from_lse(
@@ -177,9 +171,7 @@ class ChunkedBackend:
         return None
 
     def run(self, call: AttentionCall) -> AttentionOutput:
-        output, _ = _run(
-            call.query, call.key, call.value, call.mask, call.causal, call.scale, DEFAULT_BLOCK_SIZE
-        )
+        output, _ = _run(call, DEFAULT_BLOCK_SIZE)
         return AttentionOutput(output, None)
 
 
