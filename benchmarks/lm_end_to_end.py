@@ -13,8 +13,11 @@ One process, in turn:
    collation; the step; logging and progress; validation; checkpoints; and the rest
    (building the model and optimizer, the loop's own bookkeeping).  The weights are copied
    at M/3, 2M/3 and M minutes of the trainer's clock (as `--max-minutes` counts);
-2. right after it, the bare step: qkv's ``TrainStep`` on a sample of the run's batches, already in
-   memory, for a tenth of the budget (a copy of the model, a fresh optimizer);
+2. interleaved with it, the bare step: qkv's ``TrainStep`` alone on the run's batches sampled
+   so far, already in memory (a copy of the model, a fresh optimizer), for ``--probe-seconds``
+   every ``--probe-every`` seconds, the probes' time left out of every clock of the run (so
+   that run and bare step read the same machine speed: this VM's drifts by ±7 % between
+   two stretches of a minute);
 3. the plain loop of ``benchmarks.plain_lm_loop`` (nanoGPT's CPU recipe), until its 2,000
    iterations or M minutes, whichever ends first, weights copied at the same marks;
 4. every snapshot scored by ``plain_lm_loop.score`` on the kjv validation text.
@@ -38,12 +41,7 @@ import torch
 import qkv.tasks.lm as lm_task
 from benchmarks.common import machine, table
 from benchmarks.plain_lm_loop import score_snapshots, train_plain
-from benchmarks.run_breakdown import (
-    bare_step_rate,
-    breakdown_rows,
-    clock_seconds,
-    instrumented_run,
-)
+from benchmarks.run_breakdown import breakdown_rows, clock_seconds, instrumented_run
 from qkv.data.text import TextDataset, load_text
 from qkv.data.text_tokenizers import train_text_tokenizer
 
@@ -62,6 +60,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, default=6.0, help="each run's budget")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--qkv-args", default="", help="more `qkv train lm` options")
+    parser.add_argument("--probe-every", type=float, default=15.0, help="seconds between probes")
+    parser.add_argument("--probe-seconds", type=float, default=1.5, help="each probe's length")
     parser.add_argument("--skip-plain", action="store_true", help="qkv's run only")
     parser.add_argument(
         "--valid-chars", type=int, help="score on the first this many characters (default: all)"
@@ -78,8 +78,15 @@ def main() -> None:
         argv = ["train", "lm", "--data", "kjv", "--out", out, "--max-minutes", f"{args.minutes}"]
         argv += ["--threads", str(args.threads), *shlex.split(args.qkv_args)]
         print("qkv run: qkv " + " ".join(argv).replace(out, "OUT"))
-        run = instrumented_run(argv, LM_PHASES, marks=marks)
-    bare, _, bare_steps = bare_step_rate(run, seconds=6.0 * args.minutes)
+        run = instrumented_run(
+            argv,
+            LM_PHASES,
+            marks=marks,
+            probe_every=args.probe_every,
+            probe_seconds=args.probe_seconds,
+        )
+    bare, _ = run["probe"].rates()
+    bare_steps, bare_seconds = run["probe"].totals["steps"], run["probe"].totals["seconds_timed"]
     end_to_end, in_loop = run["tokens"] / run["seconds"], run["tokens"] / clock_seconds(run)
 
     corpus = load_text("kjv")
@@ -106,7 +113,7 @@ def main() -> None:
     print(table(["what", "tokens/s", "/ bare step"], rows))
     print(
         f"\nqkv: {run['steps']} steps in {run['seconds']:.0f} s; bare step: {bare_steps} steps "
-        f"timed after the run"
+        f"in {bare_seconds:.0f} s, interleaved with the run"
     )
     if plain is not None:
         print(f"plain loop: {plain.iterations} iterations in {plain.seconds:.0f} s")

@@ -2,10 +2,13 @@
 
 ``instrumented_run`` calls the CLI in this process with timers around the pieces of a run
 (``GENERIC_PHASES`` plus a task's own), each counting its own time only (a collation inside
-validation is validation's).  It records a uniform sample of the run's batches;
-``bare_step_rate`` then runs qkv's ``TrainStep`` on those batches, already in memory, with no
-loop around it: the speed the run would have with data, validation, logging and checkpoints
-free.
+validation is validation's).  It records a uniform sample of the run's batches, and with
+``probe_every`` times the bare step -- qkv's ``TrainStep`` on those batches, already in memory,
+with no loop around it: the speed the run would have with data, validation, logging and
+checkpoints free -- *during* the run, interleaved with it (a few seconds every so often, on a
+copy of the model and the batches sampled so far), the probes' time taken out of the run's
+clocks.  This VM's speed drifts by ±7 % between two stretches of a minute, so a bare step
+timed only after the run can read another machine speed than the run it is compared with.
 """
 
 from __future__ import annotations
@@ -76,6 +79,11 @@ class Phases:
 
         return timed
 
+    def exclude(self, seconds: float) -> None:
+        """Take ``seconds`` spent inside the innermost running phase out of it (a probe)."""
+        if self._nested:
+            self._nested[-1] += seconds
+
 
 @contextmanager
 def patched(replacements: list[tuple[object, str, Callable]]) -> Iterator[None]:
@@ -90,14 +98,25 @@ def patched(replacements: list[tuple[object, str, Callable]]) -> Iterator[None]:
 
 
 def instrumented_run(
-    argv: list[str], phases_of_task: list[tuple[str, object, str]], *, marks: list[float] = ()
+    argv: list[str],
+    phases_of_task: list[tuple[str, object, str]],
+    *,
+    marks: list[float] = (),
+    probe_every: float | None = None,
+    probe_seconds: float = 3.0,
 ) -> dict[str, Any]:
     """Run ``qkv *argv`` in this process with the phases timed.  Returns the model, its step
     (``train_step``), a sample of its groups of batches, the counts (steps, target tokens, items:
     examples), the wall seconds (``trainer_seconds``: of the trainer alone), the Phases, and
     the weights at each minute mark of the trainer's clock (from the end of its setup, as
-    ``--max-minutes`` counts; a mark after the end: the final weights)."""
+    ``--max-minutes`` counts; a mark after the end: the final weights).
+
+    ``probe_every`` seconds of the run (after a step), the bare step runs for
+    ``probe_seconds`` (:class:`BareProbe`, ``probe`` in the result: its totals and rates), and every clock above -- the wall seconds, the trainer's and its
+    ``--max-minutes`` budget, the minute marks -- leaves their time out."""
     phases, seen = Phases(), {"tokens": 0, "steps": 0, "items": 0, "groups": []}
+    probe = BareProbe(TrainStep.__call__) if probe_every else None  # the step unpatched
+    next_probe = [time.perf_counter() + (probe_every or 0.0)]
     snapshots: dict[float, dict[str, torch.Tensor]] = {}
     timed = {(o, n): phases.wrap(p, getattr(o, n)) for p, o, n in GENERIC_PHASES + phases_of_task}
     timed_step = timed[(TrainStep, "__call__")]
@@ -112,6 +131,12 @@ def instrumented_run(
         seen["tokens"] += int(global_tokens)
         seen["items"] += sum(len(batch.index) for batch in micro_batches)
         seen["steps"] += 1
+        if probe is not None and time.perf_counter() >= next_probe[0]:
+            spent = probe.run(self, seen["groups"], probe_seconds)
+            phases.exclude(spent)  # out of the loop's phase, and out of every clock:
+            seen["trainer"].started += spent
+            seen["clock_start"] += spent
+            next_probe[0] = time.perf_counter() + probe_every
         while pending and time.perf_counter() - seen["clock_start"] >= 60 * pending[0]:
             snapshots[pending.pop(0)] = weights_of(self.model)
         return loss
@@ -122,6 +147,7 @@ def instrumented_run(
     def prepare(self: trainer_module.Trainer) -> None:
         timed_prepare(self)
         seen["clock_start"] = time.perf_counter()  # where the trainer's clock starts
+        seen["trainer"] = self
 
     timed[(trainer_module.Trainer, "_prepare")] = prepare
     trainer_run = trainer_module.Trainer.run
@@ -136,12 +162,57 @@ def instrumented_run(
     timed[(trainer_module.Trainer, "run")] = run
     with patched([(owner, name, fn) for (owner, name), fn in timed.items()]):
         qkv_main(argv)
-    seconds = time.perf_counter() - start
+    probed = probe.totals["seconds"] if probe is not None else 0.0
+    seconds = time.perf_counter() - start - probed
+    seen["trainer_seconds"] -= probed
     for mark in pending:
         snapshots[mark] = weights_of(seen["train_step"].model)
+    seen.pop("trainer", None)
     return dict(
-        seen, model=seen["train_step"].model, seconds=seconds, phases=phases, snapshots=snapshots
+        seen,
+        model=seen["train_step"].model,
+        seconds=seconds,
+        phases=phases,
+        snapshots=snapshots,
+        probe=probe,
     )
+
+
+class BareProbe:
+    """The bare step timed in short stretches during a run: a TrainStep over a copy of the
+    run's model (copied at the first probe) and a fresh optimizer with its settings, on the
+    run's batches sampled so far, already in memory."""
+
+    def __init__(self, call: Callable) -> None:
+        self.call, self.step = call, None
+        self.totals = {"tokens": 0.0, "items": 0, "steps": 0, "seconds": 0.0, "seconds_timed": 0.0}
+
+    def run(self, ran: TrainStep, groups: list, seconds: float) -> float:
+        """Time the bare step for about ``seconds``; returns the wall time spent (the copy
+        and warm-up included: all of it is taken out of the run's clocks)."""
+        began = time.perf_counter()
+        if self.step is None:
+            self.step = bare_step(ran)
+            self.call(self.step, *groups[0][:1], global_tokens=groups[0][1])  # warm-up
+        rng = torch.get_rng_state()  # the run's dropout stream stays the run's
+        start, steps = time.perf_counter(), 0
+        while steps < 2 or time.perf_counter() - start < seconds:
+            micro_batches, global_tokens = groups[(self.totals["steps"] + steps) % len(groups)]
+            self.call(self.step, micro_batches, global_tokens=global_tokens)
+            self.totals["tokens"] += global_tokens
+            self.totals["items"] += sum(len(batch.index) for batch in micro_batches)
+            steps += 1
+        self.totals["seconds_timed"] += time.perf_counter() - start
+        self.totals["steps"] += steps
+        torch.set_rng_state(rng)
+        spent = time.perf_counter() - began
+        self.totals["seconds"] += spent
+        return spent
+
+    def rates(self) -> tuple[float, float]:
+        """Target tokens/s and items/s over every probe's timed stretch."""
+        timed = self.totals["seconds_timed"]
+        return self.totals["tokens"] / timed, self.totals["items"] / timed
 
 
 def keep_in_sample(sample: list, item: Any, seen: int, draws: random.Random) -> None:
@@ -160,29 +231,15 @@ def weights_of(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: value.detach().clone() for name, value in model.state_dict().items()}
 
 
-def bare_step_rate(run: dict[str, Any], *, seconds: float) -> tuple[float, float, int]:
-    """Target tokens/s and items/s of qkv's TrainStep on the run's recorded batches (a copy of
-    its model and a fresh optimizer with the run's settings, weight decay and betas included,
-    so the run's weights stay as they are and the update costs what the run's did), cycling
-    through them for about ``seconds``; and the steps timed."""
-    ran: TrainStep = run["train_step"]
+def bare_step(ran: TrainStep) -> TrainStep:
+    """A TrainStep like ``ran``'s over a copy of its model and a fresh optimizer with its
+    settings (weight decay and betas included, so an update costs what the run's did)."""
     model = copy.deepcopy(ran.model)
     model.train()
     config = TrainConfig(label_smoothing=ran.label_smoothing, clip_norm=ran.clip_norm, lr=1e-4)
     optimizer = same_optimizer(ran.optimizer, ran.model, model)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    step = TrainStep(model, model, optimizer, scheduler, config, ran.context)
-    groups = run["groups"]
-    step(*groups[0][:1], global_tokens=groups[0][1])  # warm-up
-    steps = tokens = items = 0
-    start = time.perf_counter()
-    while steps < 3 or time.perf_counter() - start < seconds:
-        micro_batches, global_tokens = groups[steps % len(groups)]
-        step(micro_batches, global_tokens=global_tokens)
-        steps, tokens = steps + 1, tokens + global_tokens
-        items += sum(len(batch.index) for batch in micro_batches)
-    elapsed = time.perf_counter() - start
-    return tokens / elapsed, items / elapsed, steps
+    return TrainStep(model, model, optimizer, scheduler, config, ran.context)
 
 
 def same_optimizer(

@@ -131,3 +131,12 @@ def test_a_resumed_classifier_run_ends_where_an_uninterrupted_one_does(tmp_path,
     parts, _ = load_classifier(tmp_path / "parts" / step)
     for name, tensor in whole.state_dict().items():
         assert torch.equal(tensor, parts.state_dict()[name]), name
+
+
+def test_scene_classes_are_the_one_object_scenes_of_scene_dataset_pixel_for_pixel():
+    from qkv.data.labelled_images import scene_classes, stack_images
+    from qkv.data.scenes import scene_dataset
+
+    items = scene_classes("train", image_size=32, size=12)
+    singles = [e for e in scene_dataset("train", image_size=32, size=88) if len(e.objects) == 1]
+    assert torch.equal(items.images, stack_images(e.image for e in singles[:12]))

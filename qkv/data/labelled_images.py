@@ -15,7 +15,7 @@ from torch import Tensor
 from qkv.errors import DataError
 
 from .fashion_mnist import FASHION_MNIST_CLASSES, load_fashion_mnist
-from .scenes import COLOURS, SHAPES, scene_dataset
+from .scenes import COLOURS, SHAPES, single_object_scenes
 
 __all__ = [
     "LabelledImages",
@@ -86,13 +86,6 @@ def scene_classes(split: str, *, image_size: int = 64, size: int | None = None) 
     if split not in _SCENES_DRAWN:
         raise DataError(f"split={split!r} must be one of {tuple(_SCENES_DRAWN)}")
     drawn = _SCENES_DRAWN[split] if size is None else min(_SCENES_DRAWN[split], 4 * size + 40)
-    examples = [
-        example
-        for example in scene_dataset(split, image_size=image_size, size=drawn)
-        if len(example.objects) == 1
-    ][:size]
-    labels = [
-        SCENE_CLASSES.index(f"{example.objects[0].colour} {example.objects[0].shape}")
-        for example in examples
-    ]
-    return LabelledImages(stack_images(e.image for e in examples), labels, SCENE_CLASSES)
+    scenes = single_object_scenes(split, image_size=image_size, drawn=drawn)[:size]
+    labels = [SCENE_CLASSES.index(f"{obj.colour} {obj.shape}") for obj, _ in scenes]
+    return LabelledImages(torch.stack([pixels for _, pixels in scenes]), labels, SCENE_CLASSES)

@@ -31,7 +31,15 @@ from torch import Tensor
 
 from qkv.data.captions import CaptionExample
 
-__all__ = ["SceneObject", "SHAPES", "COLOURS", "SIZES", "SCENE_SPLIT_SIZES", "scene_dataset"]
+__all__ = [
+    "SceneObject",
+    "SHAPES",
+    "COLOURS",
+    "SIZES",
+    "SCENE_SPLIT_SIZES",
+    "scene_dataset",
+    "single_object_scenes",
+]
 
 SHAPES = ("circle", "square", "triangle")
 COLOURS = {
@@ -93,7 +101,7 @@ _KINDS = [(colour, shape) for colour in COLOURS for shape in SHAPES]
 
 
 def _sample_scene(rng: random.Random, image_size: int) -> _Scene:
-    count = rng.randint(1, 3)
+    count = _object_count(rng)
     margin = max(2.0, 0.06 * image_size)  # |dx| and |dy| of two objects differ by this much
     while True:  # redraw until the objects fit and every relation is clear
         objects: list[SceneObject] = []
@@ -122,6 +130,11 @@ def _sample_scene(rng: random.Random, image_size: int) -> _Scene:
             return _Scene(tuple(objects), rng.randint(70, 150), noise_seed)
 
 
+def _object_count(rng: random.Random) -> int:
+    """A scene's first draw: how many objects it holds."""
+    return rng.randint(1, 3)
+
+
 def _object_mask(obj: SceneObject) -> np.ndarray:
     """(side, side) bool over the object's box: the pixels whose centres lie inside it."""
     x0, y0, x1, y1 = obj.box
@@ -136,6 +149,11 @@ def _object_mask(obj: SceneObject) -> np.ndarray:
 
 def _render(scene: _Scene, image_size: int) -> Tensor:
     """Shapes: -> (3, S, S) float in [0, 1]."""
+    return _pixels(scene, image_size).float().div_(255.0)
+
+
+def _pixels(scene: _Scene, image_size: int) -> Tensor:
+    """Shapes: -> (3, S, S) uint8."""
     pixels = np.full((image_size, image_size, 3), float(scene.background))
     if scene.noise_seed is not None:
         noise = np.random.default_rng(scene.noise_seed).normal(0.0, _NOISE_STD, (image_size,) * 2)
@@ -144,7 +162,7 @@ def _render(scene: _Scene, image_size: int) -> Tensor:
     for obj in scene.objects:
         x0, y0, x1, y1 = obj.box
         pixels[y0:y1, x0:x1][_object_mask(obj)] = COLOURS[obj.colour]
-    return torch.from_numpy(pixels.astype(np.float32) / 255.0).permute(2, 0, 1).contiguous()
+    return torch.from_numpy(pixels.astype(np.uint8)).permute(2, 0, 1).contiguous()
 
 
 def _captions(scene: _Scene, image_size: int) -> tuple[list[list[str]], list[dict[int, int]]]:
@@ -180,13 +198,27 @@ def _captions(scene: _Scene, image_size: int) -> tuple[list[list[str]], list[dic
     return list(captions), list(groundings)
 
 
+def _scene_rng(split: str, seed: int, index: int) -> random.Random:
+    return random.Random(f"qkv-scenes/{seed}/{_SPLIT_STREAMS[split]}/{index}")
+
+
 @functools.lru_cache(maxsize=16)
 def _scenes(split: str, image_size: int, seed: int, size: int) -> tuple[_Scene, ...]:
-    stream = _SPLIT_STREAMS[split]
-    return tuple(
-        _sample_scene(random.Random(f"qkv-scenes/{seed}/{stream}/{index}"), image_size)
-        for index in range(size)
-    )
+    return tuple(_sample_scene(_scene_rng(split, seed, index), image_size) for index in range(size))
+
+
+def single_object_scenes(
+    split: str, *, image_size: int = 64, seed: int = 0, drawn: int
+) -> list[tuple[SceneObject, Tensor]]:
+    """(object, (3, S, S) uint8 picture) of each scene among the split's first ``drawn``
+    that holds one object, in order: the same scenes as ``scene_dataset``'s, found without
+    drawing the others (a scene's object count is its first draw)."""
+    chosen = []
+    for index in range(drawn):
+        if _object_count(_scene_rng(split, seed, index)) == 1:
+            scene = _sample_scene(_scene_rng(split, seed, index), image_size)
+            chosen.append((scene.objects[0], _pixels(scene, image_size)))
+    return chosen
 
 
 def scene_dataset(

@@ -159,20 +159,23 @@ class ClassificationData:
         return [int(self.items.labels[index])]
 
     def collate(self, indices: Sequence[int]) -> Batch:
-        if isinstance(self.items, ClipSet):
-            clips = [self.items.frames(i).float().div_(255.0) for i in indices]  # (T, 1, S, S)
-            longest = max(len(clip) for clip in clips)
-            source = torch.full((len(clips), longest, *clips[0].shape[1:]), PAD_FRAME)
-            for row, clip in enumerate(clips):
-                source[row, : len(clip)] = clip
-        else:
-            source = self.items.images[list(indices)].float().div_(255.0)  # (B, C, S, S)
+        index = torch.as_tensor(list(indices), dtype=torch.long)
+        if not isinstance(self.items, ClipSet):  # one label per image: no Python loop
+            source = self.items.images.index_select(0, index).float().div_(255.0)  # (B, C, S, S)
+            target = torch.full((len(index), 2), BOS_ID, dtype=torch.long)
+            target[:, 1] = self.items.labels.index_select(0, index) + 1  # class c -> id c + 1
+            return Batch(source, target, index)
+        clips = [self.items.frames(i).float().div_(255.0) for i in indices]  # (T, 1, S, S)
+        longest = max(len(clip) for clip in clips)
+        source = torch.full((len(clips), longest, *clips[0].shape[1:]), PAD_FRAME)
+        for row, clip in enumerate(clips):
+            source[row, : len(clip)] = clip
         labels = [self.labels(i) for i in indices]
         target = torch.full((len(indices), 1 + max(map(len, labels))), PAD_ID, dtype=torch.long)
         target[:, 0] = BOS_ID
         for row, ids in enumerate(labels):
             target[row, 1 : 1 + len(ids)] = torch.as_tensor(ids) + 1  # class c -> id c + 1
-        return Batch(source, target, torch.as_tensor(list(indices), dtype=torch.long))
+        return Batch(source, target, index)
 
 
 def classification_data(setup: ClassifierSetup, split: str, size: int | None = None):

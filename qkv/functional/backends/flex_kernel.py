@@ -128,8 +128,13 @@ def _accumulate(x: Tensor, grad: Tensor, bundle: _Bundle, cols: slice) -> None:
 
 def _bundle_biases(slices: _Slices, plan: FlexPlan, bundle: _Bundle, dtype) -> dict:
     """Each partial block's additive mask for the bundle, (n or 1, ...) with the mask's
-    broadcast shape: one tensor where every block's mask is the same."""
-    biases = {}
+    broadcast shape: one tensor where every block's mask is the same.  Kept for the
+    backward where no part needed a stack of per-block masks (those are made again)."""
+    key = (id(slices.group), id(bundle))
+    biases = plan.biases.by_bundle.get(key)
+    if biases is not None:
+        return biases
+    biases, shared = {}, True
     shape = (slices.nb, slices.nkv, slices.group.per_kv, bundle.rows)
     for run in bundle.runs:
         for part in run.partial:
@@ -137,12 +142,20 @@ def _bundle_biases(slices: _Slices, plan: FlexPlan, bundle: _Bundle, dtype) -> d
             for k in range(bundle.count):
                 rows = bundle.start + k * bundle.step
                 cols = slice(part.start + k * bundle.step, part.stop + k * bundle.step)
-                index = _block_index(slices, rows, bundle.rows, cols)
-                keep = functools.partial(plan.mask, (), index, (*shape, cols.stop - cols.start))
+                keep = functools.partial(_keep, slices, plan, rows, cols, shape)
                 per_block.append(plan.biases.get((id(slices.group), rows, cols.start), keep, dtype))
             same = all(b is per_block[0] for b in per_block)
             biases[part.start] = per_block[0][None] if same else torch.stack(per_block)
+            shared = shared and same
+    if shared:
+        plan.biases.by_bundle[key] = biases
     return biases
+
+
+def _keep(slices: _Slices, plan: FlexPlan, rows: int, cols: slice, shape: tuple) -> Tensor:
+    """The mask_mod on one query block's tile (rows on, ``cols``), (nb, nkv, G, r, c)."""
+    index = _block_index(slices, rows, shape[-1], cols)
+    return plan.mask((), index, (*shape, cols.stop - cols.start))
 
 
 def _block_index(slices: _Slices, rows: int, count: int, cols: slice) -> tuple[Tensor, ...]:

@@ -12,7 +12,7 @@ import torch
 
 from ..block_mask import BlockMask, ModEvaluator
 
-__all__ = ["FlexPlan", "TileBiases", "plan_flex"]
+__all__ = ["FlexPlan", "TileBiases", "plan_flex", "walk_grid"]
 
 #: Widest run of key columns computed as one tile.
 MAX_RUN_COLS = 1024
@@ -21,6 +21,11 @@ MAX_RUN_COLS = 1024
 TILE_ELEMENTS = 1 << 19
 #: Elements of distinct partial-tile masks one call keeps for its backward.
 BIAS_ELEMENTS = 1 << 21
+#: Blocks of at least this many rows and columns are walked in quarters where some are
+#: partial (:func:`walk_grid`).
+REFINE_BLOCK = 128
+#: Mask elements evaluated at once while finding the quarters.
+REFINE_ELEMENTS = 1 << 22
 
 
 class _Run(NamedTuple):
@@ -77,6 +82,7 @@ class TileBiases:
 
     def __init__(self) -> None:
         self.by_tile: dict[tuple, torch.Tensor] = {}
+        self.by_bundle: dict[tuple, dict[int, torch.Tensor]] = {}  # the kernel's, per bundle
         self.distinct: dict[tuple, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self.elements = 0
 
@@ -117,10 +123,9 @@ def plan_flex(
     """The groups and runs of tiles for a call with query/key shapes ``shapes``."""
     (batch, heads, _, _), (kv_batch, kv_heads, _, _) = shapes
     per_kv = heads // kv_heads
-    partial, full = block_mask.dense_blocks()
+    partial, full, (bq, bk) = walk_grid(block_mask)
     mask_b, mask_h = partial.shape[:2]
     states = (partial.to(torch.int8) + 2 * full.to(torch.int8)).tolist()  # 0 / 1 / 2
-    bq, bk = block_mask.BLOCK_SIZE
     tq, tk = block_mask.seq_lengths
     width = MAX_RUN_COLS if bk <= MAX_RUN_COLS else bk
     step = max(1, TILE_ELEMENTS // ((heads if mask_h == 1 else 1) * bq * width))
@@ -152,6 +157,53 @@ def plan_flex(
     score = None if score_mod is None else ModEvaluator(score_mod, "score_mod")
     mask = ModEvaluator(block_mask.mask_mod, "mask_mod")
     return FlexPlan(groups, bq, scale, mask, score, TileBiases())
+
+
+def walk_grid(block_mask: BlockMask) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+    """The (partial, full) block grids the kernel walks, and their block size: the block
+    mask's own, or -- where its blocks have at least ``REFINE_BLOCK`` rows and columns and
+    some are partial -- its blocks' quarters.  The mask_mod, evaluated once on each partial
+    block, says which of its quarters are empty (skipped), full (no mask) or partial; a
+    full block's quarters are full.  A causal window of 256 at block 128 then computes 320
+    key columns per query row instead of 384, and applies its mask on 128 of them instead
+    of 256.  Made once per block mask (kept on it: a model reuses its mask every step)."""
+    partial, full = block_mask.dense_blocks()
+    (bq, bk), (tq, tk) = block_mask.BLOCK_SIZE, block_mask.seq_lengths
+    if min(bq, bk) < REFINE_BLOCK or bq % 2 or bk % 2 or not bool(partial.any()):
+        return partial, full, (bq, bk)
+    walked = getattr(block_mask, "_walk_grid", None)
+    if walked is not None and walked[0] is block_mask.mask_mod:
+        return walked[1]
+    hq, hk = bq // 2, bk // 2
+    nq, nk = -(-tq // hq), -(-tk // hk)
+    fine_full = full.repeat_interleave(2, -2).repeat_interleave(2, -1)[..., :nq, :nk].clone()
+    fine_partial = torch.zeros_like(fine_full)
+    evaluate = ModEvaluator(block_mask.mask_mod, "mask_mod")
+    rows, cols = (torch.arange(n, device=partial.device) for n in (bq, bk))
+    for chunk in partial.nonzero().split(max(1, REFINE_ELEMENTS // (bq * bk))):
+        mb, mh, i, j = chunk.unbind(1)  # b = 0 / h = 0 for a broadcast mask, as it was built
+        q, kv = i[:, None] * bq + rows, j[:, None] * bk + cols  # (P, bq), (P, bk)
+        valid = (q < tq)[:, :, None] & (kv < tk)[:, None, :]
+        index = (mb.view(-1, 1, 1), mh.view(-1, 1, 1))
+        index += (q.clamp(max=tq - 1)[:, :, None], kv.clamp(max=tk - 1)[:, None, :])
+        keep = evaluate((), index, valid.shape).expand(valid.shape)
+
+        def quarters(x: torch.Tensor, reduce: str) -> torch.Tensor:  # (P, bq, bk) -> (P, 2, 2)
+            x = x.reshape(-1, 2, hq, 2, hk)
+            return getattr(getattr(x, reduce)(4), reduce)(2)
+
+        some = quarters(keep & valid, "any")
+        every = quarters(keep | ~valid, "all") & quarters(valid, "any")
+        for a in (0, 1):
+            for c in (0, 1):
+                fi, fj = 2 * i + a, 2 * j + c
+                inside = (fi < nq) & (fj < nk)
+                at = (mb[inside], mh[inside], fi[inside], fj[inside])
+                fine_partial[at] = (some & ~every)[:, a, c][inside]
+                fine_full[at] = every[:, a, c][inside]
+    grid = (fine_partial, fine_full, (hq, hk))
+    block_mask._walk_grid = (block_mask.mask_mod, grid)
+    return grid
 
 
 def _bundles(visits: list[list[_Run]], bq: int, tq: int, most: int) -> list[_Bundle]:
