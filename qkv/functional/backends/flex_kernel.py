@@ -27,7 +27,6 @@ mask_mod/score_mod and their indices.
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import NamedTuple
 
@@ -36,6 +35,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..block_mask import index_range
+from .flex_biases import bundle_biases
 from .flex_plan import FlexPlan, _Bundle, _Group, _Run, plan_flex
 
 __all__ = ["FlexPlan", "FlexAttentionFunction", "plan_flex"]
@@ -126,47 +126,6 @@ def _accumulate(x: Tensor, grad: Tensor, bundle: _Bundle, cols: slice) -> None:
         _keys(x, bundle, slice(cols.start + lo, cols.start + hi)).add_(grad[:, lo:hi])
 
 
-def _bundle_biases(slices: _Slices, plan: FlexPlan, bundle: _Bundle, dtype) -> dict:
-    """Each partial block's additive mask for the bundle, (n or 1, ...) with the mask's
-    broadcast shape: one tensor where every block's mask is the same.  Kept for the
-    backward where no part needed a stack of per-block masks (those are made again)."""
-    key = (id(slices.group), id(bundle))
-    biases = plan.biases.by_bundle.get(key)
-    if biases is not None:
-        return biases
-    biases, shared = {}, True
-    shape = (slices.nb, slices.nkv, slices.group.per_kv, bundle.rows)
-    for run in bundle.runs:
-        for part in run.partial:
-            per_block = []
-            for k in range(bundle.count):
-                rows = bundle.start + k * bundle.step
-                cols = slice(part.start + k * bundle.step, part.stop + k * bundle.step)
-                keep = functools.partial(_keep, slices, plan, rows, cols, shape)
-                per_block.append(plan.biases.get((id(slices.group), rows, cols.start), keep, dtype))
-            same = all(b is per_block[0] for b in per_block)
-            biases[part.start] = per_block[0][None] if same else torch.stack(per_block)
-            shared = shared and same
-    if shared:
-        plan.biases.by_bundle[key] = biases
-    return biases
-
-
-def _keep(slices: _Slices, plan: FlexPlan, rows: int, cols: slice, shape: tuple) -> Tensor:
-    """The mask_mod on one query block's tile (rows on, ``cols``), (nb, nkv, G, r, c)."""
-    index = _block_index(slices, rows, shape[-1], cols)
-    return plan.mask((), index, (*shape, cols.stop - cols.start))
-
-
-def _block_index(slices: _Slices, rows: int, count: int, cols: slice) -> tuple[Tensor, ...]:
-    """(b, h, q_idx, kv_idx) of one query block's tile, broadcasting to (nb, nkv, G, r, c)."""
-    device = slices.heads.device
-    q = index_range(rows, rows + count, device).view(1, 1, 1, -1, 1)
-    kv = index_range(cols.start, cols.stop, device).view(1, 1, 1, 1, -1)
-    h = slices.heads.view(1, slices.nkv, -1, 1, 1)
-    return slices.batches.view(-1, 1, 1, 1, 1), h, q, kv
-
-
 class _Tile(NamedTuple):
     """Where a batched tile stands: the group's slices, slice p, the bundle, its masks."""
 
@@ -206,7 +165,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, plan: FlexPlan) -> tuple[Tensor, T
         q5, out5, lse5 = slices.five(q), slices.five(out), slices.five(lse)
         v_ones = torch.cat([slices.v, slices.v.new_ones(*slices.v.shape[:-1], 1)], -1)
         for bundle in group.bundles:
-            biases = _bundle_biases(slices, plan, bundle, q.dtype)
+            biases = bundle_biases(slices, plan, bundle, q.dtype)
             for p in range(slices.count):
                 qt = _read(q5, slices, p, bundle) * factor
                 row_max, acc = None, None
@@ -247,7 +206,7 @@ def _backward(q, k, v, out, lse, grad_out, grad_lse, plan: FlexPlan, captured):
         gk = grad_k[group.kv_batches, group.kv_heads].flatten(0, 1)
         gv = grad_v[group.kv_batches, group.kv_heads].flatten(0, 1)
         for bundle in group.bundles:
-            biases = _bundle_biases(slices, plan, bundle, q.dtype)
+            biases = bundle_biases(slices, plan, bundle, q.dtype)
             for p in range(slices.count):
                 tile = _Tile(slices, p, bundle, biases)
                 qt = _read(q5, slices, p, bundle) * plan.scale

@@ -11,16 +11,15 @@ from typing import NamedTuple
 import torch
 
 from ..block_mask import BlockMask, ModEvaluator
+from .flex_biases import TileBiases
 
-__all__ = ["FlexPlan", "TileBiases", "plan_flex", "walk_grid"]
+__all__ = ["FlexPlan", "plan_flex", "walk_grid"]
 
 #: Widest run of key columns computed as one tile.
 MAX_RUN_COLS = 1024
 #: Scores per tile at most (2 MB of float32, a core's L2 on the machines measured),
 #: bounding the batches a group takes at once and the query blocks a bundle takes.
 TILE_ELEMENTS = 1 << 19
-#: Elements of distinct partial-tile masks one call keeps for its backward.
-BIAS_ELEMENTS = 1 << 21
 #: Blocks of at least this many rows and columns are walked in quarters where some are
 #: partial (:func:`walk_grid`).
 REFINE_BLOCK = 128
@@ -69,49 +68,6 @@ class FlexPlan(NamedTuple):
     mask: ModEvaluator
     score: ModEvaluator | None
     biases: TileBiases
-
-
-class TileBiases:
-    """The additive masks of one call's partial tiles (0 where a query may attend, -inf
-    where not), made once in the forward and met again in the backward.  Tiles whose masks
-    are equal -- a window's or a causal diagonal's, repeated down the diagonal -- share one
-    tensor; at most ``BIAS_ELEMENTS`` distinct elements are kept, the rest made again.
-
-    Adding a small broadcast bias costs a twentieth of ``masked_fill_`` with a broadcast
-    boolean on the same tile."""
-
-    def __init__(self) -> None:
-        self.by_tile: dict[tuple, torch.Tensor] = {}
-        self.by_bundle: dict[tuple, dict[int, torch.Tensor]] = {}  # the kernel's, per bundle
-        self.distinct: dict[tuple, list[tuple[torch.Tensor, torch.Tensor]]] = {}
-        self.elements = 0
-
-    def get(self, tile: tuple, keep_fn: Callable[[], torch.Tensor], dtype: torch.dtype):
-        """The bias of ``tile`` (a hashable key), from ``keep_fn()`` the first time."""
-        bias = self.by_tile.get(tile)
-        if bias is None:
-            keep = keep_fn()
-            bias = self._shared(keep, dtype)
-            if bias is None:
-                return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill_(
-                    ~keep, float("-inf")
-                )
-            self.by_tile[tile] = bias
-        return bias
-
-    def _shared(self, keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
-        """The kept bias equal to ``keep``'s, kept anew if the budget allows, else None."""
-        key = (tuple(keep.shape), int(keep.sum()) if keep.device.type == "cpu" else None)
-        same = self.distinct.setdefault(key, [])
-        for other, bias in same:
-            if keep.device.type == "cpu" and torch.equal(other, keep):
-                return bias
-        if self.elements + keep.numel() > BIAS_ELEMENTS:
-            return None
-        self.elements += keep.numel()
-        bias = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
-        same.append((keep, bias.masked_fill_(~keep, float("-inf"))))
-        return bias
 
 
 def plan_flex(
