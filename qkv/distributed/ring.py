@@ -21,7 +21,6 @@ chunk-sized copy, a (T, T) tensor or the whole K/V.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
@@ -41,6 +40,7 @@ from qkv.functional.backends.chunked_kernel import (
 from qkv.functional.checks import check_tensors
 from qkv.functional.heads import repeat_kv
 from qkv.functional.mask_mods import ModEvaluator
+from qkv.functional.scores import resolve_scale
 
 from .layout import local_layout
 from .ring_schedule import _pairs, _Ring, check_score_bias
@@ -120,7 +120,7 @@ def ring_attention(
         bool(causal),
         None if block_mask is None else ModEvaluator(block_mask.mask_mod, "mask_mod"),
         None if score_mod is None else check_score_bias(score_mod, query),
-        1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale),
+        resolve_scale("scaled_dot", scale, query.shape[-1]),
         block_size,
     )
     dtype = compute_dtype(query.dtype)

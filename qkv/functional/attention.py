@@ -15,13 +15,13 @@ from .backends import (
     BackendChoice,
     available_backends,
     choose_backend,
+    make_call,
 )
 from .backends.explicit import explicit_attention, supports_explicit
 from .backends.explicit_backend import inspection_weights
 from .block_mask import BlockMask, create_block_mask
-from .checks import check_call, check_causal, check_tensors
+from .checks import check_causal, check_tensors
 from .flex import ScoreMod, flex_attention
-from .heads import repeat_kv
 from .scores import resolve_scale
 
 __all__ = ["attention", "attention_with_weights", "explain_backend"]
@@ -119,7 +119,7 @@ def _route(
     score_mod: ScoreMod | None,
 ) -> tuple[BackendChoice, Callable[[], AttentionOutput]]:
     """Where a call goes -- ``call_args``: attention's first nine arguments, as
-    :func:`_make_call` takes them -- and the function that runs it there: the one decision
+    :func:`make_call` takes them -- and the function that runs it there: the one decision
     :func:`attention` carries out and :func:`explain_backend` reports."""
     if block_mask is not None or score_mod is not None:
         query, key, value, mask, causal, score, scale, dropout, need_weights = call_args
@@ -127,7 +127,7 @@ def _route(
         choice = BackendChoice("flex", {name: FLEX_REASON for name in available_backends()})
         args = (query, key, value, block_mask, score_mod, causal, score, scale)
         return choice, functools.partial(_flex_call, *args)
-    call = _make_call(*call_args)
+    call = make_call(*call_args)
     if not (call.need_weights and not weights_grad):
         impl, choice = choose_backend(call, backend)
         return choice, functools.partial(impl.run, call)
@@ -211,7 +211,7 @@ def attention_with_weights(
     Shapes: query (B, H, Tq, Dh), key (B, Hkv, Tk, Dh), value (B, Hkv, Tk, Dv) ->
     (output (B, H, Tq, Dv), weights (B, H, Tq, Tk)).
     """
-    call = _make_call(query, key, value, mask, causal, "scaled_dot", scale, 0.0, True)
+    call = make_call(query, key, value, mask, causal, "scaled_dot", scale, 0.0, True)
     reason = supports_explicit(call.query, call.mask, 0.0)
     if reason is not None:
         raise ValueError(f"attention_with_weights cannot take {reason}; use attention()")
@@ -219,25 +219,3 @@ def attention_with_weights(
         call.query, call.key, call.value, call.mask, call.causal, call.scale
     )
     return AttentionOutput(output, weights)
-
-
-def _make_call(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor | None,
-    causal: bool,
-    score: str,
-    scale: float | None,
-    dropout: float,
-    need_weights: bool,
-) -> AttentionCall:
-    mask = check_call(query, key, value, mask, causal)
-    if not 0.0 <= dropout < 1.0:
-        raise InputError(f"dropout={dropout} must be in [0, 1)")
-    heads, kv_heads = query.shape[1], key.shape[1]
-    key, value = repeat_kv(key, heads // kv_heads), repeat_kv(value, heads // kv_heads)
-    scale = resolve_scale(score, scale, query.shape[-1])
-    return AttentionCall(
-        query, key, value, mask, bool(causal), scale, float(dropout), bool(need_weights)
-    )

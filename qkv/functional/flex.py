@@ -8,7 +8,6 @@ user code ports by changing one import; the tile kernel is in
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 
 import torch
@@ -20,6 +19,7 @@ from .backends.chunked_kernel import compute_dtype
 from .backends.flex_kernel import FlexAttentionFunction, plan_flex
 from .backends.sdpa import keep_nan_rows
 from .block_mask import BlockMask, noop_mask
+from .scores import resolve_scale
 
 __all__ = ["flex_attention", "captured_tensors"]
 
@@ -70,7 +70,7 @@ def flex_attention(
     _check_inputs(query, key, value, enable_gqa)
     if block_mask is not None:
         _check_block_mask(block_mask, query, key)
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    scale = resolve_scale("scaled_dot", scale, query.shape[-1])
     dense = _dense_pattern(query, key, score_mod, block_mask, return_lse)
     if dense is not None:
         output = F.scaled_dot_product_attention(

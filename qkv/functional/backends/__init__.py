@@ -12,8 +12,14 @@ from typing import NamedTuple, Protocol
 
 from torch import Tensor
 
+from ...errors import InputError
+from ..checks import check_call
+from ..heads import repeat_kv
+from ..scores import resolve_scale
+
 __all__ = [
     "AttentionCall",
+    "make_call",
     "AttentionOutput",
     "Backend",
     "BackendChoice",
@@ -52,6 +58,30 @@ class AttentionCall(NamedTuple):
     scale: float
     dropout: float
     need_weights: bool
+
+
+def make_call(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    causal: bool,
+    score: str,
+    scale: float | None,
+    dropout: float,
+    need_weights: bool,
+) -> AttentionCall:
+    """Check one call's arguments (tensors, mask, causal alignment, dropout, score) and give
+    it as every backend receives it: key/value heads repeated to H, the score as a factor."""
+    mask = check_call(query, key, value, mask, causal)
+    if not 0.0 <= dropout < 1.0:
+        raise InputError(f"dropout={dropout} must be in [0, 1)")
+    heads, kv_heads = query.shape[1], key.shape[1]
+    key, value = repeat_kv(key, heads // kv_heads), repeat_kv(value, heads // kv_heads)
+    scale = resolve_scale(score, scale, query.shape[-1])
+    return AttentionCall(
+        query, key, value, mask, bool(causal), scale, float(dropout), bool(need_weights)
+    )
 
 
 class Backend(Protocol):

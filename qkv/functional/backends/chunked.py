@@ -13,15 +13,15 @@ weights of a few query rows or heads on demand, without the (B, H, Tq, Tk) matri
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from ..checks import check_call, check_causal, check_mask, check_tensors
+from ..checks import check_causal, check_mask, check_tensors
 from ..heads import repeat_kv
-from . import AttentionCall, AttentionOutput, register_backend
+from ..scores import resolve_scale
+from . import AttentionCall, AttentionOutput, make_call, register_backend
 from .chunked_kernel import ChunkedAttentionFunction, compute_dtype
 
 __all__ = ["ChunkedBackend", "chunked_attention", "weights_from_lse", "DEFAULT_BLOCK_SIZE"]
@@ -62,13 +62,9 @@ def chunked_attention(
 
     A query whose every key is masked gets output 0 and zero gradients, never NaN.
     """
-    mask = check_call(query, key, value, mask, causal)
+    call = make_call(query, key, value, mask, causal, "scaled_dot", scale, 0.0, False)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size={block_size!r} must be a positive int (e.g. 1024)")
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    repeats = query.shape[1] // key.shape[1]
-    key, value = repeat_kv(key, repeats), repeat_kv(value, repeats)
-    call = AttentionCall(query, key, value, mask, bool(causal), scale, 0.0, False)
     output, lse = _run(call, block_size)
     return (output, lse) if return_lse else output
 
@@ -116,7 +112,7 @@ def weights_from_lse(
             f"lse has shape {tuple(lse.shape)}; expected (B, H, Tq) = {(batch, num_heads, tq)}"
         )
     check_causal(causal, tq, tk)
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    scale = resolve_scale("scaled_dot", scale, query.shape[-1])
     row_index = _indices(rows, tq, "rows", query.device)
     head_index = _indices(heads, num_heads, "heads", query.device)
     dtype = compute_dtype(query.dtype)
