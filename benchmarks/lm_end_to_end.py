@@ -60,8 +60,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, default=6.0, help="each run's budget")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--qkv-args", default="", help="more `qkv train lm` options")
-    parser.add_argument("--probe-every", type=float, default=15.0, help="seconds between probes")
-    parser.add_argument("--probe-seconds", type=float, default=1.5, help="each probe's length")
+    parser.add_argument("--probe-every", type=float, default=5.0, help="seconds between probes")
+    parser.add_argument("--probe-seconds", type=float, default=0.5, help="each probe's length")
     parser.add_argument("--skip-plain", action="store_true", help="qkv's run only")
     parser.add_argument(
         "--valid-chars", type=int, help="score on the first this many characters (default: all)"

@@ -138,13 +138,22 @@ def _object_count(rng: random.Random) -> int:
 def _object_mask(obj: SceneObject) -> np.ndarray:
     """(side, side) bool over the object's box: the pixels whose centres lie inside it."""
     x0, y0, x1, y1 = obj.box
-    ys, xs = np.mgrid[0 : y1 - y0, 0 : x1 - x0] + 0.5  # box coordinates
-    half = (x1 - x0) / 2
-    if obj.shape == "square":
-        return np.ones(xs.shape, dtype=bool)
-    if obj.shape == "circle":
-        return (xs - half) ** 2 + (ys - half) ** 2 <= half**2
-    return np.abs(xs - half) <= ys / 2  # triangle: apex at the top centre, base at the bottom
+    return _shape_mask(obj.shape, x1 - x0, y1 - y0)
+
+
+@functools.lru_cache(maxsize=64)
+def _shape_mask(shape: str, width: int, height: int) -> np.ndarray:
+    """The mask of a ``shape`` filling a (height, width) box (read-only: shared)."""
+    ys, xs = np.mgrid[0:height, 0:width] + 0.5  # box coordinates
+    half = width / 2
+    if shape == "square":
+        mask = np.ones(xs.shape, dtype=bool)
+    elif shape == "circle":
+        mask = (xs - half) ** 2 + (ys - half) ** 2 <= half**2
+    else:
+        mask = np.abs(xs - half) <= ys / 2  # triangle: apex at the top centre, base at the bottom
+    mask.flags.writeable = False
+    return mask
 
 
 def _render(scene: _Scene, image_size: int) -> Tensor:
