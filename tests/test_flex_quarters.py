@@ -12,8 +12,10 @@ from tests.test_flex import assert_same, inputs
 
 @pytest.fixture
 def quarters_from_8(monkeypatch):
-    """Walk blocks of 8 rows and columns or more in quarters (128 by default)."""
+    """Walk blocks of 8 rows and columns or more in quarters (128 by default), finding the
+    quarters of a few partial blocks at a time."""
     monkeypatch.setattr(flex_plan, "REFINE_BLOCK", 8)
+    monkeypatch.setattr(flex_plan, "REFINE_ELEMENTS", 3 * 16 * 16)
 
 
 def _documents(batch):

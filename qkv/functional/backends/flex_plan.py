@@ -23,8 +23,9 @@ TILE_ELEMENTS = 1 << 19
 #: Blocks of at least this many rows and columns are walked in quarters where some are
 #: partial (:func:`walk_grid`).
 REFINE_BLOCK = 128
-#: Mask elements evaluated at once while finding the quarters.
-REFINE_ELEMENTS = 1 << 22
+#: Mask elements evaluated at once while finding the quarters (a mask_mod evaluated under
+#: vmap expands its four index tensors to this many elements).
+REFINE_ELEMENTS = 1 << 20
 
 
 class _Run(NamedTuple):
