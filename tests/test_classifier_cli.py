@@ -140,3 +140,19 @@ def test_scene_classes_are_the_one_object_scenes_of_scene_dataset_pixel_for_pixe
     items = scene_classes("train", image_size=32, size=12)
     singles = [e for e in scene_dataset("train", image_size=32, size=88) if len(e.objects) == 1]
     assert torch.equal(items.images, stack_images(e.image for e in singles[:12]))
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(split="dev", drawn=5), "split='dev'"),
+        (dict(split="train", drawn=0), "drawn=0"),
+        (dict(split="train", drawn=5, image_size=16), "image_size=16"),
+        (dict(split="train", drawn=5, seed=-1), "seed=-1"),
+    ],
+)
+def test_single_object_scenes_rejects_bad_arguments_in_one_line(kwargs, words):
+    from qkv.data.scenes import single_object_scenes
+
+    with pytest.raises(ValueError, match=words.replace("(", r"\(")):
+        single_object_scenes(**kwargs)

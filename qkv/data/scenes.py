@@ -207,6 +207,18 @@ def _captions(scene: _Scene, image_size: int) -> tuple[list[list[str]], list[dic
     return list(captions), list(groundings)
 
 
+def _checked(split: str, image_size: int, seed: int) -> str:
+    """The split's name ("val" read as "valid"), once the arguments are known good."""
+    split = "valid" if split == "val" else split
+    if split not in _SPLIT_STREAMS:
+        raise ValueError(f"split={split!r} must be one of {tuple(_SPLIT_STREAMS)}")
+    if seed < 0:
+        raise ValueError(f"seed={seed} must be a non-negative integer")
+    if image_size < 32:
+        raise ValueError(f"image_size={image_size} is too small to draw objects; use 32 or more")
+    return split
+
+
 def _scene_rng(split: str, seed: int, index: int) -> random.Random:
     return random.Random(f"qkv-scenes/{seed}/{_SPLIT_STREAMS[split]}/{index}")
 
@@ -222,6 +234,9 @@ def single_object_scenes(
     """(object, (3, S, S) uint8 picture) of each scene among the split's first ``drawn``
     that holds one object, in order: the same scenes as ``scene_dataset``'s, found without
     drawing the others (a scene's object count is its first draw)."""
+    split = _checked(split, image_size, seed)
+    if drawn < 1:
+        raise ValueError(f"drawn={drawn} must be a positive number of scenes")
     chosen = []
     for index in range(drawn):
         if _object_count(_scene_rng(split, seed, index)) == 1:
@@ -237,13 +252,7 @@ def scene_dataset(
     (default 4000 / 300 / 300), each a ``CaptionExample`` whose ``image`` is drawn on access
     as a (3, image_size, image_size) float tensor in [0, 1]. The same (split, index, seed,
     image_size) always gives the same scene, and the splits draw from separate streams."""
-    split = "valid" if split == "val" else split
-    if split not in _SPLIT_STREAMS:
-        raise ValueError(f"split={split!r} must be one of {tuple(_SPLIT_STREAMS)}")
-    if seed < 0:
-        raise ValueError(f"seed={seed} must be a non-negative integer")
-    if image_size < 32:
-        raise ValueError(f"image_size={image_size} is too small to draw objects; use 32 or more")
+    split = _checked(split, image_size, seed)
     size = SCENE_SPLIT_SIZES[split] if size is None else size
     if size < 1:
         raise ValueError(f"size={size} must be a positive number of images")
