@@ -74,11 +74,11 @@ def build_page(*, inputs: int, length: int, layers: int, heads: int) -> tuple[st
 
 def build_lm_page(*, length: int, layers: int, heads: int) -> tuple[str, float]:
     from qkv.data import CharTokenizer
-    from qkv.models import TransformerLM, TransformerLMConfig
+    from qkv.models import DecoderLM, LMConfig
 
     torch.manual_seed(0)
     tokenizer = CharTokenizer.train(["abcdefghijklmnopqrstuvwxyz .,;"])
-    config = TransformerLMConfig(
+    config = LMConfig(
         tokenizer.vocab_size,
         d_model=64 * heads,
         num_heads=heads,
@@ -87,7 +87,7 @@ def build_lm_page(*, length: int, layers: int, heads: int) -> tuple[str, float]:
         max_len=length,
         dropout=0.0,
     )
-    model = TransformerLM(config).eval()
+    model = DecoderLM(config).eval()
     ids = torch.randint(4, tokenizer.vocab_size, (length,)).tolist()
     start = time.perf_counter()
     page = render_html(explore(model, [ids], tokenizer=tokenizer))

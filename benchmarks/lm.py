@@ -4,7 +4,7 @@
     python -m benchmarks.lm --rounds 3      # fewer rounds (noisier)
     python -m benchmarks.lm --only train    # one table: train | sample | gpt2 | gqa
 
-1. Training tokens/s: qkv's ``TransformerLM`` against a plain PyTorch GPT written here (one
+1. Training tokens/s: qkv's ``DecoderLM`` against a plain PyTorch GPT written here (one
    fused QKV linear, ``F.scaled_dot_product_attention(is_causal=True)``, pre-LN, tied
    embeddings, learned positions) of the same shape and the same weights (copied across,
    logits checked equal), at 4 layers x 128 wide x context 64 and 6 x 384 x 256.  One step =
@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from benchmarks.common import interleaved, machine, table
 from qkv.decoding import sample
-from qkv.models import TransformerLM, TransformerLMConfig
+from qkv.models import DecoderLM, LMConfig
 from qkv.pretrained import load_gpt2
 
 VOCAB = 256
@@ -80,8 +80,8 @@ class PlainBlock(nn.Module):
         return x + self.fc_out(F.gelu(self.fc(self.ln_2(x))))
 
 
-def qkv_lm(d_model: int, num_heads: int, num_layers: int, max_len: int, **extra) -> TransformerLM:
-    config = TransformerLMConfig(
+def qkv_lm(d_model: int, num_heads: int, num_layers: int, max_len: int, **extra) -> DecoderLM:
+    config = LMConfig(
         VOCAB,
         d_model=d_model,
         num_heads=num_heads,
@@ -91,11 +91,11 @@ def qkv_lm(d_model: int, num_heads: int, num_layers: int, max_len: int, **extra)
         dropout=0.0,
         **extra,
     )
-    return TransformerLM(config)
+    return DecoderLM(config)
 
 
 @torch.no_grad()
-def copy_into_plain(ours: TransformerLM, plain: PlainGPT) -> None:
+def copy_into_plain(ours: DecoderLM, plain: PlainGPT) -> None:
     plain.wte.weight.copy_(ours.token_embedding.weight)
     plain.wpe.weight.copy_(ours.positions.embedding.weight)
     plain.ln_f.load_state_dict(ours.final_norm.state_dict())
@@ -175,7 +175,7 @@ def random_gpt2(folder: str):
     return reference, load_gpt2(folder).model
 
 
-def sampling_rows(reference, ours: TransformerLM, batch: int, rounds: int) -> tuple[list, list]:
+def sampling_rows(reference, ours: DecoderLM, batch: int, rounds: int) -> tuple[list, list]:
     prompt = torch.randint(0, VOCAB, (batch, PROMPT), generator=torch.Generator().manual_seed(1))
 
     def ours_greedy(use_cache: bool = True) -> Tensor:

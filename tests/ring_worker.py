@@ -220,16 +220,16 @@ def lm_gradient_worker(
     of 2P): its gradients summed over the ranks, against one process; rank 0 writes the
     largest difference per parameter (and the loss's, which sequence_loss sums in float32).
     ``window``: the LM's sliding window."""
-    from qkv.models import TransformerLM, TransformerLMConfig
+    from qkv.models import DecoderLM, LMConfig
     from qkv.training.loss import sequence_loss
 
     _join(rank, world, port)
-    config = TransformerLMConfig(
+    config = LMConfig(
         40, d_model=32, num_heads=4, num_kv_heads=2, num_layers=2, d_ff=64, max_len=32,
         dropout=0.0, positions=positions, window=window,
     )  # fmt: skip
     torch.manual_seed(0)
-    lm = TransformerLM(config).double()
+    lm = DecoderLM(config).double()
     ids = torch.randint(1, 40, (2, 31), generator=torch.Generator().manual_seed(1))
     parallel = lm.context_parallel()
     logits = parallel(ids[:, :0], ids[:, :-1]).logits

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from qkv.errors import InputError
-from qkv.models import TransformerLM, TransformerLMConfig
+from qkv.models import DecoderLM, LMConfig
 from qkv.training import TrainConfig, load_checkpoint
 from tests.ring_worker import TEXT, lm_gradient_worker, lm_training, training_worker
 from tests.test_ring_attention import run_processes
@@ -28,7 +28,7 @@ def test_one_step_under_context_parallel_2_equals_one_process(tmp_path, position
     single = load_checkpoint(tmp_path / "single").model.state_dict()
     ring = load_checkpoint(tmp_path / "ring").model.state_dict()
     torch.manual_seed(0)  # train_lm seeds with config.seed before building the model
-    initial = TransformerLM(load_checkpoint(tmp_path / "single").model.config).state_dict()
+    initial = DecoderLM(load_checkpoint(tmp_path / "single").model.config).state_dict()
     for name, value in single.items():
         # AdamW's first update is about lr * sign(grad) = 1e-3 per weight: a wrong gradient
         # would differ by that much; equal gradients differ by rounding only
@@ -62,7 +62,7 @@ def test_a_dead_rank_stops_training_with_one_line_and_resume_continues(tmp_path)
 
 def test_context_parallel_refuses_what_it_cannot_do():
     with pytest.raises(InputError, match="dropout 0"):
-        TransformerLM(TransformerLMConfig(20, dropout=0.1)).context_parallel()
+        DecoderLM(LMConfig(20, dropout=0.1)).context_parallel()
     with pytest.raises(TypeError, match="context_parallel"):
         TrainConfig(context_parallel=1.5)
 
@@ -80,7 +80,7 @@ def test_two_data_parallel_groups_of_two_context_parallel_ranks_equal_one_proces
     single = load_checkpoint(tmp_path / "single").model.state_dict()
     both = load_checkpoint(out).model.state_dict()
     torch.manual_seed(0)
-    initial = TransformerLM(load_checkpoint(tmp_path / "single").model.config).state_dict()
+    initial = DecoderLM(load_checkpoint(tmp_path / "single").model.config).state_dict()
     for name, value in single.items():
         assert torch.allclose(both[name], value, atol=1e-4, rtol=0), name  # see above
     assert any(not torch.equal(initial[n], single[n]) for n in single)

@@ -21,7 +21,7 @@ from qkv.explore import (
     render_html,
 )
 from qkv.explore.language import INDUCTION_LENGTH
-from qkv.models import TransformerLM, TransformerLMConfig
+from qkv.models import DecoderLM, LMConfig
 
 TOLERANCE = 0.5 / WEIGHT_SCALE + 1e-6
 TEXT = "and god said, let there be light: and there was light."
@@ -33,7 +33,7 @@ def tiny_tokenizer() -> CharTokenizer:
 
 def tiny_lm(vocab_size: int, *, layers: int = 2, heads: int = 4, max_len: int = 96, **fields):
     torch.manual_seed(0)
-    config = TransformerLMConfig(
+    config = LMConfig(
         vocab_size,
         d_model=16,
         num_heads=heads,
@@ -43,7 +43,7 @@ def tiny_lm(vocab_size: int, *, layers: int = 2, heads: int = 4, max_len: int = 
         dropout=0.0,
         **fields,
     )
-    return TransformerLM(config).eval()
+    return DecoderLM(config).eval()
 
 
 def test_the_page_holds_every_layer_and_head_of_the_prompt_as_the_model_computes_them():
@@ -92,7 +92,7 @@ class _Copying(torch.nn.Module):
 
     def __init__(self, vocab_size: int):
         super().__init__()
-        self.config = TransformerLMConfig(vocab_size, d_model=12, num_heads=3, num_layers=1)
+        self.config = LMConfig(vocab_size, d_model=12, num_heads=3, num_layers=1)
         self.max_positions = None
 
     def forward(self, ids, need_weights=False):

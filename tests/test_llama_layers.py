@@ -14,7 +14,8 @@ from qkv.functional.rope_scaling import RopeScaling, rope_inverse_frequency
 from qkv.layers import RotaryEmbedding
 from qkv.layers.gated_feedforward import GatedFeedForward
 from qkv.layers.scaled_rotary import ScaledRotaryEmbedding
-from qkv.models.llama import LlamaConfig, LlamaLM, sliding_window_mask
+from qkv.models import llama
+from qkv.models.lm_masks import attention_masks
 
 SCALINGS = [
     RopeScaling(),
@@ -82,9 +83,19 @@ def test_swiglu_is_silu_gate_times_up_projected_down():
 
 @settings(max_examples=30, deadline=None)
 @given(query_len=st.integers(1, 9), extra=st.integers(0, 9), window=st.integers(1, 12))
-def test_sliding_window_mask_is_causal_within_the_window(query_len, extra, window):
+def test_the_dense_window_mask_is_causal_within_the_window(query_len, extra, window):
     key_len = query_len + extra
-    mask = sliding_window_mask(query_len, key_len, window)
+    mask, block_mask = attention_masks(
+        length=query_len,
+        offset=extra,
+        first=0,
+        window=window,
+        documents=None,
+        device=torch.device("cpu"),
+        dense=True,
+    )
+    assert block_mask is None
+    mask = mask[0, 0]
     for row in range(query_len):
         position = row + extra
         for key in range(key_len):
@@ -95,20 +106,20 @@ def test_sliding_window_mask_is_causal_within_the_window(query_len, extra, windo
 
 @pytest.mark.parametrize("window, layers", [(None, None), (3, None), (4, (1,))])
 def test_cached_decoding_equals_full_forward_passes(window, layers):
-    config = LlamaConfig(
-        vocab_size=50,
+    torch.manual_seed(0)
+    model = llama(
+        50,
         d_model=16,
         num_heads=4,
         num_kv_heads=2,
         num_layers=2,
         d_ff=24,
         max_len=64,
-        sliding_window=window,
-        sliding_layers=layers,
+        dropout=0.0,
+        window=window,
+        window_layers=layers,
         rope_scaling=RopeScaling("llama3", factor=4.0, original_max_len=16),
-    )
-    torch.manual_seed(0)
-    model = LlamaLM(config).eval()
+    ).eval()
     prompt = torch.randint(0, 50, (2, 6))
     cached = sample(model, prompt, max_new_tokens=12, temperature=0)
     assert torch.equal(
@@ -121,12 +132,19 @@ def test_cached_decoding_equals_full_forward_passes(window, layers):
     torch.testing.assert_close(torch.stack(steps, dim=1), full, rtol=0, atol=1e-5)
 
 
-def test_a_sliding_window_keeps_attention_on_the_fused_kernel():
-    from qkv.functional import explain_backend
+def test_a_windowed_llama_runs_its_windows_on_the_flex_kernel(monkeypatch):
+    """Mistral's and Qwen2's windows are block masks (the blocks outside are skipped), never
+    a dense boolean mask; the full layers stay plain causal."""
+    import qkv.layers.lm_block as lm_block
 
-    q = torch.randn(1, 4, 12, 8)
-    k = v = torch.randn(1, 2, 12, 8)
-    mask = sliding_window_mask(12, 12, 5)
-    assert explain_backend(q, k, v, mask=mask, causal=True).backend == "sdpa"
-    weights_path = explain_backend(q, k, v, mask=mask, need_weights=True, weights_grad=False)
-    assert weights_path.backend == "explicit"  # one matrix gives output and weights
+    seen = []
+    forward = lm_block.LMBlock.forward
+
+    def spy(self, x, **kwargs):
+        seen.append((kwargs["block_mask"] is not None, kwargs["mask"] is not None))
+        return forward(self, x, **kwargs)
+
+    monkeypatch.setattr(lm_block.LMBlock, "forward", spy)
+    model = llama(50, d_model=16, num_heads=4, num_layers=3, window=5, window_layers=(0, 1))
+    model(torch.randint(0, 50, (1, 300)))
+    assert seen == [(True, False), (True, False), (False, False)]

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from qkv.decoding import filter_logits, greedy_search, sample
 from qkv.errors import InputError
-from qkv.models import TransformerLM, TransformerLMConfig, build_model, select_state
+from qkv.models import DecoderLM, LMConfig, build_model, select_state
 from qkv.models.lm_config import LM_POSITION_KINDS
 
 VOCAB = 40
@@ -14,7 +14,7 @@ VOCAB = 40
 
 def tiny_lm(positions="learned", *, num_kv_heads=None, max_len=64, seed=0, **fields):
     torch.manual_seed(seed)
-    config = TransformerLMConfig(
+    config = LMConfig(
         VOCAB,
         d_model=32,
         num_heads=4,
@@ -26,7 +26,7 @@ def tiny_lm(positions="learned", *, num_kv_heads=None, max_len=64, seed=0, **fie
         positions=positions,
         **fields,
     )
-    return TransformerLM(config).eval()
+    return DecoderLM(config).eval()
 
 
 def random_ids(batch, length, seed=1):
@@ -178,7 +178,7 @@ def test_tied_embeddings_and_checkpoint_rebuild_by_name():
     model = tiny_lm()
     assert model.output.weight is model.token_embedding.weight
     rebuilt = build_model("lm", {"vocab_size": VOCAB, "d_model": 32, "num_heads": 4})
-    assert isinstance(rebuilt, TransformerLM)
+    assert isinstance(rebuilt, DecoderLM)
     untied = tiny_lm(tie_embeddings=False)
     assert untied.output.weight is not untied.token_embedding.weight
 
@@ -235,4 +235,4 @@ def test_bad_input_is_one_clear_input_error(call, message):
 )
 def test_config_refuses_bad_values(fields, message):
     with pytest.raises(InputError, match=message):
-        TransformerLMConfig(VOCAB, **{"d_model": 32, "num_heads": 4, **fields})
+        LMConfig(VOCAB, **{"d_model": 32, "num_heads": 4, **fields})

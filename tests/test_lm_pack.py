@@ -1,4 +1,4 @@
-"""Packed documents: `qkv train lm --pack`, TransformerLMConfig(document_start=...)."""
+"""Packed documents: `qkv train lm --pack`, LMConfig(document_start=...)."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ from qkv.data.batch import BOS_ID
 from qkv.data.text import TextCorpus, TextDataset, split_documents
 from qkv.data.text_tokenizers import train_text_tokenizer
 from qkv.errors import InputError
-from qkv.models import TransformerLMConfig
+from qkv.models import LMConfig
 from qkv.models.lm_config import LM_POSITION_KINDS
 from qkv.models.lm_masks import find_documents
 from qkv.tasks.lm import LMSetup, encode_documents, generate_text, lm_config, load_lm
@@ -106,7 +106,7 @@ def test_a_setup_with_pack_builds_a_document_model_and_the_config_checks_the_id(
     assert lm_config(LMSetup(), VOCAB).document_start is None
     for bad in (-1, VOCAB, True, 1.0):
         with pytest.raises(InputError, match="document_start"):
-            TransformerLMConfig(VOCAB, document_start=bad)
+            LMConfig(VOCAB, document_start=bad)
 
 
 def test_pack_on_a_file_without_a_blank_line_is_one_clear_error(tmp_path, capsys):
@@ -136,9 +136,7 @@ def test_cli_trains_packed_paragraphs_and_generates(tmp_path, capsys):
 
 
 def test_context_parallelism_refuses_packed_documents_it_would_ignore():
-    from qkv.models import TransformerLM
+    from qkv.models import DecoderLM
 
     with pytest.raises(InputError, match=r"pack=True"):
-        TransformerLM(
-            TransformerLMConfig(VOCAB, dropout=0.0, document_start=BOS_ID)
-        ).context_parallel()
+        DecoderLM(LMConfig(VOCAB, dropout=0.0, document_start=BOS_ID)).context_parallel()

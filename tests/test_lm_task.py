@@ -14,7 +14,7 @@ from qkv.data.text import TextDataset, load_text
 from qkv.data.text_tokenizers import ByteBPETokenizer, encode_prompt, train_text_tokenizer
 from qkv.decoding import sample
 from qkv.errors import DataError, InputError, MissingFileError
-from qkv.models import TransformerLM, TransformerLMConfig
+from qkv.models import DecoderLM, LMConfig
 from qkv.tasks.lm import LMSetup, generate_text, load_lm, train_lm
 from qkv.training import TrainConfig
 
@@ -109,7 +109,7 @@ def test_a_tiny_model_memorises_a_short_text_in_seconds_and_generates_it_back():
     tokenizer = train_text_tokenizer("char", POEM)
     ids = torch.tensor([tokenizer.encode(POEM)])
     torch.manual_seed(0)
-    config = TransformerLMConfig(
+    config = LMConfig(
         tokenizer.vocab_size,
         d_model=64,
         num_heads=4,
@@ -118,7 +118,7 @@ def test_a_tiny_model_memorises_a_short_text_in_seconds_and_generates_it_back():
         max_len=160,
         dropout=0.0,
     )
-    model = TransformerLM(config)
+    model = DecoderLM(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(150):
         loss = model.loss(ids)

@@ -1,11 +1,11 @@
-"""TransformerLMConfig(window=W): sliding-window causal attention on the flex kernel."""
+"""LMConfig(window=W): sliding-window causal attention on the flex kernel."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from qkv.errors import InputError
-from qkv.models import TransformerLMConfig
+from qkv.models import LMConfig
 from qkv.models.lm_config import LM_POSITION_KINDS
 
 from .test_lm import VOCAB, random_ids, tiny_lm
@@ -45,7 +45,7 @@ def test_tokens_beyond_the_receptive_field_change_nothing():
 @pytest.mark.parametrize("window", [0, -2, 2.5, True])
 def test_window_must_be_a_positive_int(window):
     with pytest.raises(InputError, match="window"):
-        TransformerLMConfig(VOCAB, window=window)
+        LMConfig(VOCAB, window=window)
 
 
 def test_the_task_setup_refuses_window_zero_early():

@@ -13,13 +13,19 @@ from .options import add_task_options, call_with_options
 #: LMSetup field -> help of its option.
 SETUP_HELP = {
     "data": "kjv or a UTF-8 text file",
+    "arch": "the architecture: gpt (LayerNorm, GELU, learned positions, tied output), llama "
+    "(RMSNorm, SwiGLU, RoPE, untied) or nanochat (parameter-free RMSNorm, ReLU^2, RoPE, "
+    "QK-norm, soft-capped logits)",
     "size": "; ".join(f"{size}: {PRESETS[('lm', size)].summary}" for size in sizes_of("lm")),
     "context": "tokens per training window (default: the size's)",
-    "positions": "learned, sinusoidal, rope or alibi (the last three extend past --context)",
+    "positions": "learned, sinusoidal, rope or alibi (the last three extend past --context; "
+    "default: the architecture's, gpt learned, llama and nanochat rope)",
     "tokenizer": "char or byte-level BPE",
     "vocab_size": "byte-level BPE vocabulary",
     "num_kv_heads": "grouped key/value heads (default: all)",
     "window": "attend to the last W positions only (sliding window on the flex kernel)",
+    "window_pattern": "which layers use --window: S (window) and L (full attention) tiled over "
+    "the layers, the last always full, e.g. SSSL (default: every layer)",
     "pack": "pack documents end to end into each window, attention and positions kept inside "
     "each document (kjv: a verse is a document; a text file: paragraphs separated by a blank "
     "line)",
@@ -33,13 +39,14 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
     lm = add_command(
         tasks,
         "lm",
-        help="train a decoder-only language model (GPT) on text",
+        help="train a decoder-only language model (GPT, Llama, nanochat) on text",
         description="Train a decoder-only Transformer language model on the built-in King James "
         "Bible (kjv, ~4.5 MB of English) or any UTF-8 text file (its last 5% of lines are the "
         "validation text). Checkpoints, the tokenizer and log.jsonl (with validation loss and "
         "perplexity) go to --out; --resume continues exactly; `qkv curves` plots the run.",
         examples="qkv train lm --data kjv --out runs/lm --size small --max-minutes 10 --threads 1"
-        "\nqkv train lm --data my.txt --out runs/mine --tokenizer bytebpe --positions rope",
+        "\nqkv train lm --data my.txt --out runs/mine --tokenizer bytebpe --positions rope"
+        "\nqkv train lm --arch llama --window 32 --window-pattern SSSL --out runs/llama",
     )
     lm.add_argument("--out", required=True, help="run folder (checkpoints, tokenizer, log.jsonl)")
     presets = {size: PRESETS[("lm", size)] for size in sizes_of("lm")}

@@ -47,7 +47,7 @@ def explore(
     """Decode each input and gather the attention the explorer page shows, as plain data.
 
     model: a Transformer, an RNNTranslator, a Captioner, a classifier (image-classifier,
-        clip-classifier, frame-tagger) or a TransformerLM; models without attention weights
+        clip-classifier, frame-tagger) or a DecoderLM; models without attention weights
         are refused.
     inputs: source sentences (str, or lists of token ids) for a translator; images
         (3, H, W) floats in [0, 1] for a captioner; pictures (C, S, S) for an image

@@ -1,4 +1,4 @@
-"""The explorer adapter for qkv's decoder-only language model (``TransformerLM``): the
+"""The explorer adapter for qkv's decoder-only language model (``DecoderLM``): the
 causal self-attention of a prompt, or of the prompt and ``generate`` tokens sampled after it
 (``temperature``, ``top_k``, ``seed`` as in ``qkv generate``), every layer and head, the mean,
 the causal rollout per layer, and per-head summaries that matter for LMs: the share on the
@@ -31,7 +31,6 @@ from .views import attention_view, decoded_text, model_device, token_labels
 
 __all__ = [
     "LanguageModelAdapter",
-    "LlamaAdapter",
     "induction_scores",
     "causal_attention",
     "prompt_ids",
@@ -41,7 +40,7 @@ __all__ = [
 
 #: The length of the random sequence that is repeated for the induction score.
 INDUCTION_LENGTH = 32
-#: The block size of TransformerLM's sliding window on flex_attention (create_block_mask's
+#: The block size of DecoderLM's sliding windows on flex_attention (create_block_mask's
 #: default, which it uses): the page shows which of these blocks were computed.
 FLEX_BLOCK = 128
 
@@ -88,19 +87,19 @@ class LanguageModelAdapter(ExplorerAdapter):
         return [block.self_attention for block in model.blocks]
 
     def facts(self, model: nn.Module) -> dict[str, Any]:
-        return dict(super().facts(model), positions=self.position_scheme(model.config))
-
-    def position_scheme(self, config: Any) -> str:
-        """The position scheme the page's header names."""
-        return config.positions
+        config = model.config
+        facts = dict(super().facts(model), positions=config.positions)
+        if config.window is not None:
+            facts["window"] = config.window
+        return facts
 
     def windows(self, model: nn.Module) -> list[int | None]:
         """Per layer its sliding window (query i sees keys i - window < j <= i), or None."""
-        return [model.config.window] * model.config.num_layers
+        return list(model.config.windows)
 
     def block_size(self, model: nn.Module) -> int | None:
         """The blocks a windowed model computes in (flex_attention skips those outside the
-        window), None where it computes every weight and masks (or has no window)."""
+        window), None where it has no window."""
         return FLEX_BLOCK if model.config.window is not None else None
 
     @torch.no_grad()
@@ -196,22 +195,4 @@ def prompt_ids(item, index: int, tokenizer) -> list[int]:
     return ids
 
 
-class LlamaAdapter(LanguageModelAdapter):
-    """A Llama-family LM (``qkv.models.llama.LlamaLM``: Llama, Qwen2, Mistral folders): the
-    language model's page; its positions are always (scaled) RoPE."""
-
-    def facts(self, model: nn.Module) -> dict[str, Any]:
-        return dict(super().facts(model), window=model.config.sliding_window)
-
-    def position_scheme(self, config: Any) -> str:
-        return "rope"
-
-    def windows(self, model: nn.Module) -> list[int | None]:
-        return [model.config.window_of(layer) for layer in range(model.config.num_layers)]
-
-    def block_size(self, model: nn.Module) -> int | None:
-        return None  # LlamaLM's window is a boolean mask: every weight computed, then masked
-
-
 register_explorer("lm", LanguageModelAdapter())
-register_explorer("llama", LlamaAdapter())

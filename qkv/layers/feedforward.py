@@ -8,18 +8,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import Tensor, nn
 
 from qkv.errors import InputError
 
-__all__ = ["FeedForward", "ACTIVATIONS", "make_activation"]
+__all__ = ["FeedForward", "ACTIVATIONS", "SquaredReLU", "make_activation"]
 
-#: Activation names a block accepts.  "gelu" is the exact (erf) form used by BERT;
-#: "gelu_tanh" is the tanh approximation (GPT-2, Hugging Face's "gelu_new").
+
+class SquaredReLU(nn.Module):
+    """relu(x)^2 (So et al. 2021, "Primer"; nanochat's and modded-nanogpt's MLP)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.relu(x).square()
+
+
+#: Activation names a feed-forward layer accepts (the plain one and the gated one alike).
+#: "gelu" is the exact (erf) form used by BERT; "gelu_tanh" is the tanh approximation
+#: (GPT-2, Hugging Face's "gelu_new"); "relu2" is the squared ReLU; "silu" gates SwiGLU.
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU,
+    "relu2": SquaredReLU,
     "gelu": nn.GELU,
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+    "silu": nn.SiLU,
 }
 
 

@@ -7,20 +7,16 @@ layer of Llama, Qwen2 and Mistral (no biases there).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from torch import Tensor, nn
 
 from qkv.errors import InputError
 
+from .feedforward import ACTIVATIONS
+
 __all__ = ["GatedFeedForward", "GATE_ACTIVATIONS"]
 
-#: Activations of the gate: "silu" (SwiGLU), "gelu" / "gelu_tanh" (GeGLU).
-GATE_ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
-    "silu": nn.SiLU,
-    "gelu": nn.GELU,
-    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
-}
+#: Activations of the gate: any feed-forward activation ("silu": SwiGLU, "gelu": GeGLU).
+GATE_ACTIVATIONS = ACTIVATIONS
 
 
 class GatedFeedForward(nn.Module):
@@ -29,8 +25,18 @@ class GatedFeedForward(nn.Module):
     Shapes: x (B, T, d_model) -> (B, T, d_model); the hidden layer is (B, T, d_ff).
     """
 
-    def __init__(self, d_model: int, d_ff: int, *, activation: str = "silu", bias: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        *,
+        activation: str = "silu",
+        bias: bool = False,
+        dropout: float = 0.0,
+    ):
         super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise InputError(f"dropout={dropout} must be in [0, 1)")
         if d_model < 1 or d_ff < 1:
             raise InputError(f"d_model={d_model} and d_ff={d_ff} must be positive")
         if activation not in GATE_ACTIVATIONS:
@@ -41,10 +47,11 @@ class GatedFeedForward(nn.Module):
         self.gate = nn.Linear(d_model, d_ff, bias=bias)
         self.expand = nn.Linear(d_model, d_ff, bias=bias)
         self.activation = GATE_ACTIVATIONS[activation]()
+        self.dropout = nn.Dropout(dropout)  # on the hidden layer, as FeedForward's
         self.contract = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = self.activation(self.gate(x)) * self.expand(x)  # (B, T, d_ff)
+        hidden = self.dropout(self.activation(self.gate(x)) * self.expand(x))  # (B, T, d_ff)
         return self.contract(hidden)  # (B, T, d_model)
 
     def extra_repr(self) -> str:

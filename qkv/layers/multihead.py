@@ -25,7 +25,9 @@ class MultiHeadAttention(MultiHeadInputChecks, nn.Module):
 
     ``d_model = num_heads * head_dim``.  ``num_kv_heads`` < ``num_heads`` gives grouped-query
     attention (1 = multi-query): each key/value head serves num_heads / num_kv_heads query
-    heads.  ``kdim``/``vdim``: widths of the key/value inputs (cross-attention over another
+    heads.  ``output_bias``: a bias on the output projection (None: as ``bias``; Qwen2
+    biases Q, K, V only).  ``query_norm`` / ``key_norm``: QK-norm components applied to
+    every head's queries and keys (B, H, T, Dh) after the positions rotate them.  ``kdim``/``vdim``: widths of the key/value inputs (cross-attention over another
     model's states).  All tensors are batch-first (B, T, D).
 
     $$\mathrm{MultiHead}(Q, K, V) = [\mathrm{head}_1; \dots; \mathrm{head}_h]\,W^O,\qquad
@@ -43,6 +45,9 @@ class MultiHeadAttention(MultiHeadInputChecks, nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         positions: AttentionPositions | None = None,
+        output_bias: bool | None = None,
+        query_norm: nn.Module | None = None,
+        key_norm: nn.Module | None = None,
     ):
         super().__init__()
         if positions is not None and not isinstance(positions, AttentionPositions):
@@ -78,8 +83,13 @@ class MultiHeadAttention(MultiHeadInputChecks, nn.Module):
             self.q_proj = nn.Linear(d_model, d_model, bias=bias)
             self.k_proj = nn.Linear(self.kdim, kv_width, bias=bias)
             self.v_proj = nn.Linear(self.vdim, kv_width, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(
+            d_model, d_model, bias=bias if output_bias is None else output_bias
+        )
         self.positions = positions
+        # QK-norm: each head's queries and keys normalised after the positions rotate them
+        # and before the cache keeps them (nanochat's order; (B, H, T, Dh) -> the same).
+        self.query_norm, self.key_norm = query_norm, key_norm
 
     def projections(self) -> tuple[tuple[Tensor, Tensor | None], ...]:
         """(weight, bias) of the Q, K and V projections, in that order: views into the
@@ -150,6 +160,8 @@ class MultiHeadAttention(MultiHeadInputChecks, nn.Module):
             if self.positions is not None:  # self-attention only (checked)
                 q = self.positions.rotate(q, start=past)
                 k = self.positions.rotate(k, start=past)  # the KV heads, before the cache
+            if self.query_norm is not None:
+                q, k = self.query_norm(q), self.key_norm(k)
             if cache is not None:
                 k, v = cache.append(k, v)  # (B, Hkv, past - first + new positions, Dh)
             flex = block_mask is not None or score_mod is not None

@@ -15,7 +15,9 @@ from .classifier import (
     FrameTaggerConfig,
     ImageClassifier,
 )
-from .lm import LMOutput, LMState, TransformerLM, TransformerLMConfig
+from .lm import DecoderLM, LMOutput, LMState
+from .lm_builders import ARCHITECTURES, architecture_config, gpt, llama, nanochat
+from .lm_config import LMConfig, window_layers_of
 from .registry import available_models, build_model, config_to_dict, model_type_of, register_model
 from .rnn import RNNBaseline, RNNConfig, RNNTranslator
 from .transformer import Transformer, TransformerConfig
@@ -45,8 +47,32 @@ __all__ = [
     "ImageClassifier",
     "ClipClassifier",
     "FrameTagger",
-    "TransformerLM",
-    "TransformerLMConfig",
+    "DecoderLM",
+    "LMConfig",
+    "ARCHITECTURES",
+    "architecture_config",
+    "gpt",
+    "llama",
+    "nanochat",
+    "window_layers_of",
     "LMOutput",
     "LMState",
 ]
+
+#: Names that went in the one-LM reshape -> what replaces them (kept for one release).
+_DEPRECATED = {"TransformerLM": "DecoderLM", "TransformerLMConfig": "LMConfig"}
+
+
+def __getattr__(name: str):
+    if name in _DEPRECATED:
+        import warnings
+
+        new = _DEPRECATED[name]
+        warnings.warn(
+            f"qkv.models.{name} is deprecated: use qkv.models.{new} (or the gpt() / llama() "
+            "builders); the alias goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

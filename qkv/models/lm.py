@@ -1,14 +1,22 @@
-"""A decoder-only Transformer language model (GPT): masked self-attention, stacked (SPEC 9).
+"""qkv's decoder-only language model: masked self-attention, stacked (SPEC 9), built from components.
 
-token ids -> embeddings (+ input positions) -> causal self-attention blocks -> final LayerNorm
-(pre-LN) -> output projection (tied to the embeddings by default) -> next-token logits.
+token ids -> embeddings (+ input positions) -> blocks of causal self-attention and a
+feed-forward layer -> final norm (pre-norm) -> output projection -> next-token logits.
 
-The blocks are qkv's :class:`~qkv.layers.EncoderBlock` run with ``causal=True``: each position
-attends to itself and the positions before it.  Generation keeps one KV cache per block
-(``start`` / ``step``, the step protocol the shared decoder drives), so a new token costs
-O(prefix), not O(prefix^2); with grouped KV heads the cache holds only the KV heads.  With a
-sliding window W the caches roll (:class:`~qkv.layers.RollingKVCache`): they keep the last
-W - 1 positions only, so generation's memory and step cost are bounded by W, not the length.
+One class for every architecture: each block (:class:`~qkv.layers.lm_block.LMBlock`) is
+assembled from the components :class:`~qkv.models.lm_config.LMConfig` names -- the norm
+(LayerNorm, RMSNorm, parameter-free RMSNorm), the feed-forward layer (GELU / ReLU^2 MLP,
+SwiGLU), the positions (learned, sinusoidal, RoPE with theta and scaling, ALiBi), QK-norm,
+biases, tied or untied output, logit soft-capping, and a per-layer attention pattern (full
+causal or a sliding window, every window on the flex kernel).  GPT, Llama and nanochat-style
+models are builders of it (:mod:`qkv.models.lm_builders`); Hugging Face GPT-2, Llama, Qwen2
+and Mistral folders load into it (:mod:`qkv.pretrained`) and it exports back
+(:mod:`qkv.pretrained.export`).
+
+Generation keeps one KV cache per block (``start`` / ``step``, the step protocol the shared
+decoder drives), so a new token costs O(prefix), not O(prefix^2); with grouped KV heads the
+cache holds only the KV heads.  A windowed block's cache rolls
+(:class:`~qkv.layers.RollingKVCache`): it keeps the last W - 1 positions only.
 """
 
 from __future__ import annotations
@@ -20,18 +28,26 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from qkv.errors import InputError
-from qkv.layers.blocks import EncoderBlock
+from qkv.functional.block_mask import BlockMask
+from qkv.layers.attention_positions import AttentionPositions
 from qkv.layers.cache import KVCache, RollingKVCache
+from qkv.layers.feedforward import FeedForward
+from qkv.layers.gated_feedforward import GatedFeedForward
+from qkv.layers.lm_block import LMBlock
 from qkv.layers.multihead import MultiHeadAttention
 from qkv.layers.position_registry import build_attention_positions, build_input_positions
+from qkv.layers.scaled_rotary import ScaledRotaryEmbedding
 
 from .base import StepOutput
 from .checks import check_config
-from .lm_config import TransformerLMConfig
+from .lm_config import LMConfig
 from .lm_masks import attention_masks, find_documents
 from .registry import register_model
 
-__all__ = ["TransformerLM", "TransformerLMConfig", "LMOutput", "LMState"]
+__all__ = ["DecoderLM", "LMConfig", "LMOutput", "LMState"]
+
+# RoPE tables beyond this many positions are computed when needed, not stored.
+_ROPE_TABLE_LEN = 8192
 
 
 @dataclass
@@ -59,17 +75,18 @@ class LMState:
         return self.caches[0].length
 
 
-class TransformerLM(nn.Module):
-    """A GPT-style language model built from qkv's causal self-attention blocks.
+class DecoderLM(nn.Module):
+    """A decoder-only language model built from the components its config names.
 
     ``model(ids)`` -> :class:`LMOutput` with logits (B, T, V); ``model.loss(ids)`` the mean
     next-token cross-entropy; ``start`` / ``step`` the decoding protocol (see
-    :func:`qkv.decoding.sample`).
+    :func:`qkv.decoding.sample`).  Build one with an architecture's builder
+    (:func:`qkv.models.gpt`, :func:`qkv.models.llama`) or from an :class:`LMConfig`.
     """
 
-    def __init__(self, config: TransformerLMConfig):
+    def __init__(self, config: LMConfig):
         super().__init__()
-        check_config(self, config, TransformerLMConfig)
+        check_config(self, config, LMConfig)
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         # Sinusoidal encodings have unit scale; as in Vaswani et al., the token vectors are
@@ -77,27 +94,31 @@ class TransformerLM(nn.Module):
         self.embedding_scale = config.d_model**0.5 if config.positions == "sinusoidal" else 1.0
         # Input positions (learned, sinusoidal) change the token vectors, then dropout; attention
         # positions (RoPE, ALiBi) act in every block's self-attention, one shared component.
-        sizes = dict(d_model=config.d_model, num_heads=config.num_heads, max_len=config.max_len)
-        self.positions = build_input_positions(config.positions, dropout=config.dropout, **sizes)
-        attention_positions = build_attention_positions(config.positions, **sizes)
+        self.positions, attention_positions = _positions(config)
+        self.embedding_norm = _norm(config) if config.embedding_norm else None
         self.blocks = nn.ModuleList(
-            EncoderBlock(
-                config.d_model,
-                config.num_heads,
-                config.d_ff,
-                num_kv_heads=config.num_kv_heads,
-                positions=attention_positions,
+            LMBlock(
+                self_attention=MultiHeadAttention(
+                    config.d_model,
+                    config.num_heads,
+                    num_kv_heads=config.num_kv_heads,
+                    bias=config.bias,
+                    output_bias=config.output_bias,
+                    dropout=config.dropout,
+                    positions=attention_positions,
+                    query_norm=_head_norm(config) if config.qk_norm else None,
+                    key_norm=_head_norm(config) if config.qk_norm else None,
+                ),
+                feed_forward=_feed_forward(config),
+                self_attention_norm=_norm(config),
+                feed_forward_norm=_norm(config),
                 dropout=config.dropout,
-                activation=config.activation,
                 norm_first=config.norm_first,
-                layer_norm_eps=config.layer_norm_eps,
-                bias=config.bias,
             )
             for _ in range(config.num_layers)
         )
-        self.final_norm = (
-            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
-        )
+        self.windows = config.windows
+        self.final_norm = _norm(config) if config.norm_first else None
         self.output = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self._init_weights()
         if config.tie_embeddings:
@@ -123,8 +144,11 @@ class TransformerLM(nn.Module):
 
     @property
     def max_positions(self) -> int | None:
-        """The longest sequence the model can read: max_len with learned positions, else
-        None (sinusoidal, RoPE and ALiBi positions extend to any length)."""
+        """The longest sequence the model can read: the config's position_limit (a pretrained
+        folder's max_position_embeddings), else max_len with learned positions, else None
+        (sinusoidal, RoPE and ALiBi positions extend to any length)."""
+        if self.config.position_limit is not None:
+            return self.config.position_limit
         return getattr(self.positions, "max_len", None)
 
     # -- teacher forcing -------------------------------------------------------------------
@@ -147,8 +171,15 @@ class TransformerLM(nn.Module):
         else:
             _check_ids(ids, "ids", self.config.vocab_size)
         hidden, weights = self._run_blocks(ids, None, need_weights=need_weights)
-        logits = self.output(hidden[:, prefix:] if prefix else hidden)  # (B, T, V)
+        logits = self.logits(hidden[:, prefix:] if prefix else hidden)  # (B, T, V)
         return LMOutput(logits, {"self": weights} if need_weights else None)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """The output projection, soft-capped when the config says so (c * tanh(z / c)).
+        Shapes: hidden (..., D) -> (..., V)."""
+        logits = self.output(hidden)
+        cap = self.config.logit_softcap
+        return logits if cap is None else cap * torch.tanh(logits / cap)
 
     def loss(self, ids: Tensor, *, pad_id: int | None = 0) -> Tensor:
         """Mean cross-entropy of predicting ids[:, 1:] from ids[:, :-1] (``pad_id`` targets
@@ -170,10 +201,7 @@ class TransformerLM(nn.Module):
         Generation then calls :meth:`step` with each next token, the prompt's last token
         first, so ``start(prompt[:, :-1])`` + ``step(prompt[:, -1])`` scores what follows."""
         _check_ids(prefix, "prefix", self.config.vocab_size, allow_empty=True)
-        window = self.config.window
-        state = LMState(
-            [KVCache() if window is None else RollingKVCache(window) for _ in self.blocks]
-        )
+        state = LMState([KVCache() if w is None else RollingKVCache(w) for w in self.windows])
         if self.config.document_start is not None:
             state.document = prefix.new_zeros(prefix.shape[0])  # position 0 opens the first
         if prefix.shape[1] > 0:
@@ -188,9 +216,9 @@ class TransformerLM(nn.Module):
         if tokens.dim() != 1:
             raise InputError(f"step takes one token per sequence, (B,), got {tuple(tokens.shape)}")
         if not isinstance(state, LMState):
-            raise TypeError(f"state must come from TransformerLM.start, got {type(state).__name__}")
+            raise TypeError(f"state must come from DecoderLM.start, got {type(state).__name__}")
         hidden, _ = self._run_blocks(tokens[:, None], state, need_weights=False)
-        logits = self.output(hidden[:, -1])  # (B, V)
+        logits = self.logits(hidden[:, -1])  # (B, V)
         return StepOutput(F.log_softmax(logits.float(), dim=-1), state, None)
 
     # -- the stack -------------------------------------------------------------------------
@@ -213,24 +241,30 @@ class TransformerLM(nn.Module):
                 state.document = documents.starts[:, -1]
         else:
             x = self.embed(ids, offset=offset)  # (B, T, D)
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
         # One new position (a decoding step) is the last one: it may attend to every key, so
-        # no causal mask is needed (and none is built).
-        causal = ids.shape[1] > 1
-        mask, block_mask = None, None
-        if config.window is not None or documents is not None:  # causal themselves
-            mask, block_mask = attention_masks(
-                length=ids.shape[1],
-                offset=offset,
-                first=0 if caches is None else caches[0].first,  # the oldest key still held
-                window=config.window,
-                documents=documents,
-                device=x.device,
-                dense=need_weights or ids.shape[1] == 1,  # the flex kernel returns no weights
-            )
-            causal = False
+        # no causal mask is needed (and none is built).  Windows and documents need a mask
+        # (causal itself), one per distinct window and first key held, shared by the blocks.
+        masks: dict[tuple[int | None, int], tuple[Tensor | None, BlockMask | None]] = {}
         weights = []
         for index, block in enumerate(self.blocks):
             cache = None if caches is None else caches[index]
+            window = self.windows[index]
+            mask, block_mask, causal = None, None, ids.shape[1] > 1
+            if window is not None or documents is not None:
+                first = 0 if cache is None else cache.first  # the oldest key still held
+                if (window, first) not in masks:
+                    masks[window, first] = attention_masks(
+                        length=ids.shape[1],
+                        offset=offset,
+                        first=first,
+                        window=window,
+                        documents=documents,
+                        device=x.device,
+                        dense=need_weights or ids.shape[1] == 1,  # flex returns no weights
+                    )
+                (mask, block_mask), causal = masks[window, first], False
             out = block(
                 x,
                 mask=mask,
@@ -259,6 +293,12 @@ class TransformerLM(nn.Module):
 
     def check_length(self, length: int) -> None:
         """InputError if a sequence of ``length`` tokens needs positions the model lacks."""
+        if self.config.position_limit is not None and length > self.config.position_limit:
+            raise InputError(
+                f"a sequence of {length} tokens is longer than the {self.max_positions} "
+                "positions this model was trained for (max_position_embeddings); give at most "
+                f"{self.max_positions} tokens (qkv.decoding.sample slides a window)"
+            )
         if self.max_positions is not None and length > self.max_positions:
             raise InputError(
                 f"a sequence of {length} tokens needs positions up to {length - 1}, but this "
@@ -298,4 +338,42 @@ def next_token_loss(model: nn.Module, ids: Tensor, pad_id: int | None) -> Tensor
     return F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten(), ignore_index=ignore)
 
 
-register_model("lm", TransformerLMConfig, TransformerLM)
+def _positions(config: LMConfig) -> tuple[nn.Module, AttentionPositions | None]:
+    """(what the token vectors get, what every self-attention gets): an input scheme and
+    None, or dropout only and the attention scheme shared by every block."""
+    sizes = dict(d_model=config.d_model, num_heads=config.num_heads, max_len=config.max_len)
+    embed = build_input_positions(config.positions, dropout=config.dropout, **sizes)
+    if config.positions == "rope":  # with the config's theta and scaling rule
+        rope = ScaledRotaryEmbedding(
+            config.head_dim,
+            base=config.rope_base,
+            scaling=config.rope_scaling,
+            max_len=min(config.max_len, _ROPE_TABLE_LEN),
+        )
+        return embed, rope
+    return embed, build_attention_positions(config.positions, **sizes)
+
+
+def _norm(config: LMConfig, width: int | None = None) -> nn.Module:
+    """The config's norm component over ``width`` features (default d_model)."""
+    width = config.d_model if width is None else width
+    if config.norm == "layer":
+        return nn.LayerNorm(width, eps=config.norm_eps, bias=config.bias)
+    return nn.RMSNorm(width, eps=config.norm_eps, elementwise_affine=config.norm == "rms")
+
+
+def _head_norm(config: LMConfig) -> nn.Module:
+    """QK-norm: the config's norm over one head's Dh features."""
+    return _norm(config, config.head_dim)
+
+
+def _feed_forward(config: LMConfig) -> nn.Module:
+    """The config's feed-forward component: an MLP or a gated one (SwiGLU)."""
+    bias = config.bias if config.mlp_bias is None else config.mlp_bias
+    kind = GatedFeedForward if config.feed_forward == "gated" else FeedForward
+    return kind(
+        config.d_model, config.d_ff, activation=config.activation, bias=bias, dropout=config.dropout
+    )
+
+
+register_model("lm", LMConfig, DecoderLM)

@@ -64,9 +64,8 @@ def attention_masks(
     if dense:
         queries = torch.arange(offset, end, device=device)[:, None]  # (Tq, 1)
         keys = torch.arange(first, end, device=device)  # (Tk,)
-        keep = keys <= queries  # (Tq, Tk)
-        if window is not None:
-            keep = keep & (queries - keys < window)
+        rule = causal if window is None else sliding_window(window)  # the one window rule
+        keep = rule(None, None, queries, keys)  # (Tq, Tk)
         if documents is not None:
             keep = keep & (keys >= documents.starts[:, :, None])  # (B, Tq, Tk)
         return keep.view(-1, 1, length, end - first), None

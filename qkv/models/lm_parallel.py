@@ -31,7 +31,7 @@ from qkv.errors import InputError
 from qkv.functional.heads import merge_heads
 from qkv.functional.patterns import sliding_window
 
-from .lm import LMOutput, TransformerLM
+from .lm import DecoderLM, LMOutput
 
 __all__ = ["ContextParallelLM"]
 
@@ -47,7 +47,7 @@ class ContextParallelLM(nn.Module):
     where causal attention keeps them from every real token); :meth:`shard` cuts targets
     the same way.  Its parameters are the LM's own (train it, save ``lm``)."""
 
-    def __init__(self, lm: TransformerLM, group: Any = None):
+    def __init__(self, lm: DecoderLM, group: Any = None):
         super().__init__()
         config = lm.config
         if config.positions not in SUPPORTED_POSITIONS:
@@ -88,15 +88,22 @@ class ContextParallelLM(nn.Module):
         runs = sequence_layout(length, causal=True, group=self.group).runs()
         local = self.shard(target_input)  # (B, T'/P)
         x = torch.cat([lm.embed(part, offset=start) for part, start in _split(local, 1, runs)], 1)
-        for block in lm.blocks:
+        if lm.embedding_norm is not None:
+            x = lm.embedding_norm(x)
+        for block, window in zip(lm.blocks, lm.windows, strict=True):
             x = block.forward_with_attention(
-                x, lambda h, attention=block.self_attention: self._attend(attention, h, runs)
+                x,
+                lambda h, attention=block.self_attention, window=window: self._attend(
+                    attention, h, runs, window
+                ),
             )
         if lm.final_norm is not None:
             x = lm.final_norm(x)
-        return LMOutput(lm.output(x))  # (B, T'/P, V)
+        return LMOutput(lm.logits(x))  # (B, T'/P, V)
 
-    def _attend(self, attention: nn.Module, h: Tensor, runs: list[tuple[int, int]]) -> Tensor:
+    def _attend(
+        self, attention: nn.Module, h: Tensor, runs: list[tuple[int, int]], window: int | None
+    ) -> Tensor:
         """Causal self-attention over the whole window, this rank's rows (ring attention).
         Shapes: h (B, T/P, D) -> (B, T/P, D)."""
         q, k, v = attention.project_self(h)  # (B, H, t, Dh), (B, Hkv, t, Dh) x 2
@@ -108,7 +115,8 @@ class ContextParallelLM(nn.Module):
             )
             if hasattr(positions, "score_mod"):  # ALiBi: the bias at global positions
                 score_mod = positions.score_mod(query_start=0)
-        window = self.lm.config.window
+        if attention.query_norm is not None:  # QK-norm, after the rotation as in the block
+            q, k = attention.query_norm(q), attention.key_norm(k)
         block_mask = None if window is None else _GlobalMask(sliding_window(window))
         output = ring_attention(
             q, k, v, causal=True, block_mask=block_mask, score_mod=score_mod, group=self.group

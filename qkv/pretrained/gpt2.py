@@ -1,7 +1,8 @@
 """Load a Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer.json) into qkv.
 
-The network is qkv's own :class:`~qkv.models.lm.TransformerLM` (pre-LN blocks, learned
-positions, tied embeddings, tanh-approximated GELU); only the weights come from the folder,
+The network is qkv's own :class:`~qkv.models.lm.DecoderLM` as the ``gpt`` architecture builds
+it (pre-LN blocks, learned positions, tied embeddings, tanh-approximated GELU); only the
+weights come from the folder,
 mapped name by name.  GPT-2 keeps its projections in ``Conv1D`` layers, whose weights are
 stored (in, out), the transpose of ``nn.Linear``'s; its attention input projection
 ``c_attn`` holds Q, K and V side by side and is cut into qkv's three projections.
@@ -17,7 +18,9 @@ import torch
 from torch import Tensor, nn
 
 from qkv.errors import CheckpointError
-from qkv.models.lm import TransformerLM, TransformerLMConfig
+from qkv.models.lm import DecoderLM
+from qkv.models.lm_builders import architecture_config
+from qkv.models.lm_config import LMConfig
 
 from .files import FolderTokenizer, finish_lm_state_dict, read_config, read_safetensors
 
@@ -53,8 +56,8 @@ _CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 class PretrainedLM:
     """A loaded language model and its tokenizer (what ``qkv.tasks.lm.generate_text`` takes).
 
-    model: a :class:`TransformerLM` (GPT-2) or a :class:`~qkv.models.llama.LlamaLM` (Llama,
-    Qwen2, Mistral).  family: config.json's model_type."""
+    model: a :class:`~qkv.models.lm.DecoderLM` (GPT-2, Llama, Qwen2, Mistral).
+    family: config.json's model_type."""
 
     model: nn.Module
     tokenizer: Any
@@ -88,7 +91,7 @@ class GPT2Tokenizer(FolderTokenizer):
         super().__init__(path, add_special_tokens=False)
 
 
-def gpt2_config_from_hf(hf: dict[str, Any]) -> TransformerLMConfig:
+def gpt2_config_from_hf(hf: dict[str, Any]) -> LMConfig:
     """The qkv config of a Hugging Face GPT-2 ``config.json`` (dropout 0: for inference)."""
     missing = [key for key in _REQUIRED_KEYS if key not in hf]
     if missing:
@@ -102,39 +105,37 @@ def gpt2_config_from_hf(hf: dict[str, Any]) -> TransformerLMConfig:
         if hf.get(key, expected) != expected:
             raise CheckpointError(f"{key}={hf[key]!r} is not supported by qkv's GPT-2 loader")
     d_model = hf["n_embd"]
-    return TransformerLMConfig(
-        vocab_size=hf["vocab_size"],
+    return architecture_config(
+        "gpt",
+        hf["vocab_size"],
         d_model=d_model,
         num_heads=hf["n_head"],
         num_layers=hf["n_layer"],
         d_ff=hf.get("n_inner") or 4 * d_model,
         max_len=hf["n_positions"],
         dropout=0.0,
-        positions="learned",
-        norm_first=True,
         activation=_ACTIVATIONS[activation],
         tie_embeddings=hf.get("tie_word_embeddings", True),
-        bias=True,
-        layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+        norm_eps=hf.get("layer_norm_epsilon", 1e-5),
     )
 
 
 def load_gpt2(path: str | Path, *, device: str | torch.device = "cpu") -> PretrainedLM:
-    """A :class:`TransformerLM` with the weights of a Hugging Face GPT-2 folder, in eval mode,
+    """A :class:`DecoderLM` with the weights of a Hugging Face GPT-2 folder, in eval mode,
     and its tokenizer (None when the folder has no tokenizer.json)."""
     folder = Path(path)
     hf = read_config(folder)
     config = gpt2_config_from_hf(hf)
     stored = read_safetensors(folder)  # model.safetensors, or shards and their index
-    model = TransformerLM(config)
+    model = DecoderLM(config)
     model.load_state_dict(_qkv_state_dict(stored, config), strict=True)
     tokenizer_file = folder / "tokenizer.json"
     tokenizer = GPT2Tokenizer(tokenizer_file) if tokenizer_file.is_file() else None
     return PretrainedLM(model.to(device).eval(), tokenizer, eos_ids=eos_ids(hf))
 
 
-def _qkv_state_dict(stored: dict[str, Tensor], config: TransformerLMConfig) -> dict[str, Tensor]:
-    """Rename (and cut, and transpose) a GPT-2 state dict into TransformerLM's names."""
+def _qkv_state_dict(stored: dict[str, Tensor], config: LMConfig) -> dict[str, Tensor]:
+    """Rename (and cut, and transpose) a GPT-2 state dict into DecoderLM's names."""
     stored = {_strip(name): tensor for name, tensor in stored.items()}
     out: dict[str, Tensor] = {}
 

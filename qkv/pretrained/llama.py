@@ -1,9 +1,9 @@
-"""Load a Hugging Face Llama, Qwen2 or Mistral folder into qkv's :class:`~qkv.models.llama.LlamaLM`.
+"""Load a Hugging Face Llama, Qwen2 or Mistral folder into qkv's :class:`~qkv.models.lm.DecoderLM`.
 
 The folder holds ``config.json``, ``model.safetensors`` (or shards with
-``model.safetensors.index.json``) and ``tokenizer.json``.  The three families share one
-network (RMSNorm, SwiGLU, RoPE, grouped KV heads) and differ in a few switches, read from
-the config: Qwen2 biases its Q, K, V projections; Mistral (and Qwen2 with
+``model.safetensors.index.json``) and ``tokenizer.json``.  The three families are qkv's
+``llama`` architecture (RMSNorm, SwiGLU, RoPE, grouped KV heads) and differ in a few
+switches, read from the config: Qwen2 biases its Q, K, V projections; Mistral (and Qwen2 with
 ``use_sliding_window``) attends within a sliding window; Llama may bias every attention
 projection (``attention_bias``) and its feed-forward (``mlp_bias``).  RoPE uses the config's
 ``rope_theta`` and scaling rule (``rope_scaling`` in older files, ``rope_parameters`` in
@@ -20,8 +20,9 @@ from torch import Tensor
 
 from qkv.errors import CheckpointError
 from qkv.functional.rope_scaling import ROPE_SCALING_RULES, RopeScaling
-from qkv.models.llama import LlamaLM
-from qkv.models.llama_config import LlamaConfig
+from qkv.models.lm import DecoderLM
+from qkv.models.lm_builders import architecture_config
+from qkv.models.lm_config import LMConfig
 
 from .files import FolderTokenizer, finish_lm_state_dict, read_config, read_safetensors
 from .gpt2 import PretrainedLM, eos_ids
@@ -50,7 +51,7 @@ _BLOCK_NAMES = {
 }
 
 
-def llama_config_from_hf(hf: dict[str, Any]) -> LlamaConfig:
+def llama_config_from_hf(hf: dict[str, Any]) -> LMConfig:
     """The qkv config of a Hugging Face Llama, Qwen2 or Mistral ``config.json``."""
     family = hf.get("model_type")
     if family not in LLAMA_FAMILIES:
@@ -75,24 +76,29 @@ def llama_config_from_hf(hf: dict[str, Any]) -> LlamaConfig:
     base, scaling = _rope(hf)
     biased = bool(hf.get("attention_bias", False))
     window, layers = _sliding_window(hf, family)
-    return LlamaConfig(
-        vocab_size=hf["vocab_size"],
+    positions = hf["max_position_embeddings"]
+    return architecture_config(
+        "llama",
+        hf["vocab_size"],
         d_model=d_model,
         num_heads=num_heads,
         num_kv_heads=hf.get("num_key_value_heads") or num_heads,
         num_layers=hf["num_hidden_layers"],
         d_ff=hf["intermediate_size"],
-        max_len=hf["max_position_embeddings"],
+        max_len=positions,
+        # "dynamic" RoPE stretches its frequencies past max_position_embeddings
+        position_limit=None if scaling.depends_on_length else positions,
+        dropout=0.0,
         rope_base=base,
         rope_scaling=scaling,
         norm_eps=hf.get("rms_norm_eps", 1e-6),
-        attention_bias=True if family == "qwen2" else biased,
+        bias=True if family == "qwen2" else biased,
         output_bias=False if family == "qwen2" else biased,
         mlp_bias=bool(hf.get("mlp_bias", False)),
         activation=_ACTIVATIONS[activation],
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        sliding_window=window,
-        sliding_layers=layers,
+        window=window,
+        window_layers=layers,
     )
 
 
@@ -144,13 +150,13 @@ def _sliding_window(hf: dict[str, Any], family: str) -> tuple[int | None, tuple[
 
 
 def load_llama(path: str | Path, *, device: str | torch.device = "cpu") -> PretrainedLM:
-    """A :class:`LlamaLM` with the weights of a Hugging Face Llama / Qwen2 / Mistral folder, in
+    """A :class:`DecoderLM` with the weights of a Hugging Face Llama / Qwen2 / Mistral folder, in
     eval mode, and its tokenizer (None when the folder has no tokenizer.json)."""
     folder = Path(path)
     hf = read_config(folder)
     config = llama_config_from_hf(hf)  # refuses another architecture before reading weights
     stored = read_safetensors(folder)
-    model = LlamaLM(config)
+    model = DecoderLM(config)
     dtype = model.token_embedding.weight.dtype
     state = {name: tensor.to(dtype) for name, tensor in _qkv_state_dict(stored, config).items()}
     expected = model.state_dict()
@@ -168,8 +174,8 @@ def load_llama(path: str | Path, *, device: str | torch.device = "cpu") -> Pretr
     return PretrainedLM(model.to(device).eval(), tokenizer, family=family, eos_ids=eos_ids(hf))
 
 
-def _qkv_state_dict(stored: dict[str, Tensor], config: LlamaConfig) -> dict[str, Tensor]:
-    """Rename a Llama-family state dict into LlamaLM's names, Q, K and V stacked."""
+def _qkv_state_dict(stored: dict[str, Tensor], config: LMConfig) -> dict[str, Tensor]:
+    """Rename a Llama-family state dict into DecoderLM's names, Q, K and V stacked."""
     stored = {name.removeprefix("model."): tensor for name, tensor in stored.items()}
     out: dict[str, Tensor] = {}
 
@@ -190,7 +196,7 @@ def _qkv_state_dict(stored: dict[str, Tensor], config: LlamaConfig) -> dict[str,
         out[f"{ours}self_attention.in_proj_weight"] = torch.cat(
             [take(f"{name}.weight") for name in projections]
         )  # (D + 2 Hkv Dh, D): W_Q, W_K, W_V stacked, as MultiHeadAttention stores them
-        if config.attention_bias:
+        if config.bias:
             biases = [take(f"{name}.bias") for name in projections]
             out[f"{ours}self_attention.in_proj_bias"] = torch.cat(biases)
         for their_name, our_name in _BLOCK_NAMES.items():

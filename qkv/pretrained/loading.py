@@ -1,8 +1,8 @@
 """``load_pretrained(DIR)``: any supported Hugging Face folder, chosen by config.json's model_type.
 
     bert                   -> PretrainedEncoder(BertModel, BertTokenizer)     (load_bert)
-    gpt2                   -> PretrainedLM(TransformerLM, GPT2Tokenizer)      (load_gpt2)
-    llama, qwen2, mistral  -> PretrainedLM(LlamaLM, FolderTokenizer)          (load_llama)
+    gpt2                   -> PretrainedLM(DecoderLM, GPT2Tokenizer)          (load_gpt2)
+    llama, qwen2, mistral  -> PretrainedLM(DecoderLM, FolderTokenizer)        (load_llama)
 
 The folder must hold its weights and its tokenizer (``tokenizer.json``; BERT also reads
 ``vocab.txt``); an unsupported model_type, absent weights or an absent tokenizer is one

@@ -1,4 +1,4 @@
-"""Training and using a language model: text -> tokenizer -> TransformerLM -> the shared trainer.
+"""Training and using a language model: text -> tokenizer -> DecoderLM -> the shared trainer.
 
 ``train_lm`` drives :func:`qkv.training.train` exactly as translation does (budgets,
 checkpoints, ``--resume``, DDP, bf16); the run's ``log.jsonl`` carries the validation loss and
@@ -19,7 +19,7 @@ from ..data.text import TextCorpus, TextDataset, load_text, split_documents
 from ..data.text_tokenizers import TEXT_TOKENIZER_KINDS, train_text_tokenizer
 from ..data.tokenizers import Tokenizer
 from ..errors import CheckpointError, InputError
-from ..models import TransformerLM, TransformerLMConfig
+from ..models import ARCHITECTURES, DecoderLM, LMConfig, architecture_config, window_layers_of
 from ..training import TrainConfig, TrainResult, load_checkpoint
 from .lm_text import context_loss, generate_text
 from .presets import Preset, preset_for, sizes_of
@@ -49,13 +49,18 @@ class LMSetup:
     """What to train on and which language model to build (the trainer's knobs: TrainConfig).
 
     data: ``kjv`` or a UTF-8 text file (split as :mod:`qkv.data.text` states).
+    arch: the architecture (:data:`qkv.models.ARCHITECTURES`): "gpt" (LayerNorm, GELU,
+        learned positions, tied output), "llama" (RMSNorm, SwiGLU, RoPE, untied) or
+        "nanochat" (parameter-free RMSNorm, ReLU^2, RoPE, QK-norm, soft-capped logits).
     size: "small" (4 x 128, context 64) or "medium" (6 x 384, context 256).
     context: tokens per training window (None: the size's); the model's ``max_len``.
-    positions: "learned", "sinusoidal", "rope" or "alibi" (any registered position scheme).
+    positions: "learned", "sinusoidal", "rope" or "alibi" (None: the architecture's).
     tokenizer: "char" or "bytebpe"; vocab_size for bytebpe.
     num_kv_heads: grouped key/value heads (None: one per query head).
     dropout: overrides the size's dropout (None: keep it).
     window: sliding-window causal attention over the last W positions (None: full causal).
+    window_pattern: which layers use the window, a string of S (window) and L (full) tiled
+        over the layers, the last layer always full (e.g. "SSSL"); None: every layer.
     pack: train on documents packed end to end into every window, each opened by ``<s>``,
         attention blocked across their boundaries and positions restarting at each (the
         documents: verses of ``kjv``, blank-line-separated paragraphs of a file; see
@@ -64,19 +69,21 @@ class LMSetup:
     """
 
     data: str = "kjv"
+    arch: str = field(default="gpt", metadata={"choices": tuple(ARCHITECTURES)})
     size: str = field(default="small", metadata={"choices": SIZES})
     context: int | None = None
-    positions: str = "learned"
+    positions: str | None = None
     tokenizer: str = field(default="char", metadata={"choices": TEXT_TOKENIZER_KINDS})
     vocab_size: int = 4096
     num_kv_heads: int | None = None
     dropout: float | None = None
     window: int | None = None
+    window_pattern: str | None = None
     pack: bool = False
     batch_size: int = 12
 
     def __post_init__(self) -> None:
-        check_choices(self, ("size", "tokenizer"))
+        check_choices(self, ("arch", "size", "tokenizer"))
         if self.context is not None and self.context < 2:
             raise InputError(
                 f"context={self.context} must be at least 2 tokens", fields=("context",)
@@ -86,6 +93,14 @@ class LMSetup:
                 f"window={self.window} must be at least 1 position (omit it for full attention)",
                 fields=("window",),
             )
+        if self.window_pattern is not None:
+            if self.window is None:
+                raise InputError(
+                    f"window_pattern={self.window_pattern!r} says which layers use the window, "
+                    "but no window is given: add --window W",
+                    fields=("window_pattern",),
+                )
+            window_layers_of(self.window_pattern, 2)  # the letters, checked early
         if isinstance(self.batch_size, bool) or self.batch_size < 1:
             raise InputError(
                 f"batch_size={self.batch_size} must be at least 1 window", fields=("batch_size",)
@@ -103,20 +118,25 @@ def lm_preset(setup: LMSetup) -> Preset:
     return dataclasses.replace(preset, train={**preset.train, **batch})
 
 
-def lm_config(setup: LMSetup, vocab_size: int) -> TransformerLMConfig:
-    """The model a setup asks for, over a vocabulary of ``vocab_size`` ids."""
-    sizes = dict(preset_for("lm", setup.size).model)
+def lm_config(setup: LMSetup, vocab_size: int) -> LMConfig:
+    """The model a setup asks for, over a vocabulary of ``vocab_size`` ids: the size's
+    preset in the setup's architecture (a gated feed-forward takes its own width)."""
+    fields = dict(preset_for("lm", setup.size).model)
+    if ARCHITECTURES[setup.arch]["feed_forward"] == "gated":
+        fields.pop("d_ff", None)  # SwiGLU's 8/3 d_model: as many parameters as the 4x MLP
     if setup.dropout is not None:
-        sizes["dropout"] = setup.dropout
-    sizes["max_len"] = setup.context_length
-    return TransformerLMConfig(
-        vocab_size,
-        **sizes,
+        fields["dropout"] = setup.dropout
+    if setup.positions is not None:
+        fields["positions"] = setup.positions
+    if setup.window_pattern is not None:
+        fields["window_layers"] = window_layers_of(setup.window_pattern, fields["num_layers"])
+    fields.update(
+        max_len=setup.context_length,
         num_kv_heads=setup.num_kv_heads,
-        positions=setup.positions,
         window=setup.window,
         document_start=BOS_ID if setup.pack else None,
     )
+    return architecture_config(setup.arch, vocab_size, **fields)
 
 
 def encode_text(tokenizer: Tokenizer, text: str) -> torch.Tensor:
@@ -153,7 +173,7 @@ def _saved_tokenizer(out_dir: Path) -> Tokenizer:
         return load_checkpoint(out_dir, load_tokenizers=True).tokenizers[TOKENIZER_FILE]
 
 
-def _datasets(setup: LMSetup, model: TransformerLM, corpus, tokenizer: Tokenizer) -> TaskData:
+def _datasets(setup: LMSetup, model: DecoderLM, corpus, tokenizer: Tokenizer) -> TaskData:
     def stream(text: str) -> torch.Tensor:
         if setup.pack:
             return encode_documents(tokenizer, split_documents(corpus, text))
@@ -177,7 +197,7 @@ LM = TaskSpec(
     ),
     saved_vocabulary=_saved_tokenizer,
     tokenizers=lambda tokenizer: {TOKENIZER_FILE: tokenizer},
-    build=lambda setup, corpus, tokenizer: TransformerLM(lm_config(setup, tokenizer.vocab_size)),
+    build=lambda setup, corpus, tokenizer: DecoderLM(lm_config(setup, tokenizer.vocab_size)),
     datasets=_datasets,
 )
 
@@ -194,7 +214,7 @@ def train_lm(
 
 @dataclass
 class LoadedLM:
-    model: TransformerLM
+    model: DecoderLM
     tokenizer: Tokenizer
     setup: LMSetup | None
     #: qkv's LMs learn from running text, with no end token: generation runs to its length.

@@ -14,7 +14,7 @@ from ..data.text import TextDataset
 from ..data.text_tokenizers import encode_prompt
 from ..decoding import sample
 from ..errors import InputError
-from ..models import TransformerLM
+from ..models import DecoderLM
 
 if TYPE_CHECKING:
     from .lm import LoadedLM
@@ -24,7 +24,7 @@ __all__ = ["context_loss", "generate_text"]
 
 @torch.no_grad()
 def context_loss(
-    model: TransformerLM, ids: torch.Tensor, *, context: int, batch_size: int = 8
+    model: DecoderLM, ids: torch.Tensor, *, context: int, batch_size: int = 8
 ) -> float:
     """Mean next-token loss (nats) over windows of ``context + 1`` tokens of ``ids`` (N,),
     every prediction made with the window's whole prefix in view: how well the model reads a
