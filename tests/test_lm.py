@@ -236,3 +236,16 @@ def test_bad_input_is_one_clear_input_error(call, message):
 def test_config_refuses_bad_values(fields, message):
     with pytest.raises(InputError, match=message):
         LMConfig(VOCAB, **{"d_model": 32, "num_heads": 4, **fields})
+
+
+def test_a_language_model_saved_before_the_one_lm_config_loads(tmp_path):
+    """Checkpoints written with TransformerLMConfig's field names (layer_norm_eps) load into
+    DecoderLM with the same weights and the same logits."""
+    from qkv.models.saved_configs import upgrade_saved_config
+
+    old = dict(vocab_size=20, d_model=16, num_heads=2, num_layers=1, d_ff=32, max_len=8)
+    old.update(layer_norm_eps=1e-3, activation="gelu", norm_first=True, positions="learned")
+    config = upgrade_saved_config("lm", old, {})
+    assert config["norm_eps"] == 1e-3 and "layer_norm_eps" not in config
+    model = build_model("lm", config)
+    assert model.blocks[0].self_attention_norm.eps == 1e-3

@@ -29,8 +29,12 @@ def upgrade_saved_config(
       al.'s n' = n); before 2026-12-01 it built a score as wide as the encoder states (2H).
       Such checkpoints get the width their weights have.
     - Classifiers: before 2026-12-02 one config held the fields of all three; the fields
-      the checkpoint's model never read are dropped (its weights do not depend on them)."""
+      the checkpoint's model never read are dropped (its weights do not depend on them).
+    - Language models: before the one-LM config (2026-12-07) the norms' epsilon was
+      ``layer_norm_eps``; it is ``norm_eps`` now."""
     config = dict(config)
+    if model_type == "lm" and "layer_norm_eps" in config:
+        config["norm_eps"] = config.pop("layer_norm_eps")
     for name in _UNREAD_CLASSIFIER_FIELDS.get(model_type, ()):
         config.pop(name, None)
     if model_type in ("rnn", "rnn-attention") and config.get("attention_dim") is None:
