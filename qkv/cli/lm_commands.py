@@ -6,18 +6,25 @@ import argparse
 import sys
 
 from ..tasks.lm import LMSetup
-from ..tasks.presets import PRESETS, sizes_of
+from ..tasks.lm_start import FINETUNE_CONTEXT
+from ..tasks.presets import LM_FINETUNE, PRESETS, sizes_of
 from .commands import add_command, report_run, train_task_from_args
 from .options import add_task_options, call_with_options
 
 #: LMSetup field -> help of its option.
 SETUP_HELP = {
     "data": "kjv or a UTF-8 text file",
+    "init_from": "fine-tune: a Hugging Face gpt2, llama, qwen2 or mistral folder (config.json, "
+    "model.safetensors, tokenizer.json), or a run of `qkv train lm`. Its model and its "
+    "tokenizer are used; the options that build a model (--arch, --size, --positions, "
+    "--tokenizer, --vocab-size, --num-kv-heads, --window, --window-pattern) are refused "
+    "unless they match it",
     "arch": "the architecture: gpt (LayerNorm, GELU, learned positions, tied output), llama "
     "(RMSNorm, SwiGLU, RoPE, untied) or nanochat (parameter-free RMSNorm, ReLU^2, RoPE, "
     "QK-norm, soft-capped logits)",
     "size": "; ".join(f"{size}: {PRESETS[('lm', size)].summary}" for size in sizes_of("lm")),
-    "context": "tokens per training window (default: the size's)",
+    "context": "tokens per training window (default: the size's; with --init-from, the "
+    f"model's positions, at most {FINETUNE_CONTEXT})",
     "positions": "learned, sinusoidal, rope or alibi (the last three extend past --context; "
     "default: the architecture's, gpt learned, llama and nanochat rope)",
     "tokenizer": "char or byte-level BPE",
@@ -28,8 +35,9 @@ SETUP_HELP = {
     "the layers, the last always full, e.g. SSSL (default: every layer)",
     "pack": "pack documents end to end into each window, attention and positions kept inside "
     "each document (kjv: a verse is a document; a text file: paragraphs separated by a blank "
-    "line)",
-    "dropout": "dropout, overriding the size's default",
+    "line); with --init-from each opens with the folder's BOS token",
+    "dropout": "dropout, overriding the size's default (with --init-from: the model's; a "
+    "folder's loads with 0)",
     "batch_size": "windows per batch; sets --max-tokens unless that is given",
 }
 
@@ -43,13 +51,19 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
         description="Train a decoder-only Transformer language model on the built-in King James "
         "Bible (kjv, ~4.5 MB of English) or any UTF-8 text file (its last 5% of lines are the "
         "validation text). Checkpoints, the tokenizer and log.jsonl (with validation loss and "
-        "perplexity) go to --out; --resume continues exactly; `qkv curves` plots the run.",
+        "perplexity) go to --out; --resume continues exactly; `qkv curves` plots the run. "
+        "With --init-from a pretrained model (a Hugging Face GPT-2 or Llama-family folder, or "
+        "another run) is fine-tuned on the text, encoded with its own tokenizer; `qkv "
+        "generate --checkpoint` samples from the result.",
         examples="qkv train lm --data kjv --out runs/lm --size small --max-minutes 10 --threads 1"
         "\nqkv train lm --data my.txt --out runs/mine --tokenizer bytebpe --positions rope"
-        "\nqkv train lm --arch llama --window 32 --window-pattern SSSL --out runs/llama",
+        "\nqkv train lm --arch llama --window 32 --window-pattern SSSL --out runs/llama"
+        "\nqkv train lm --init-from models/gpt2 --data my.txt --out runs/gpt2-mine --max-steps 500"
+        "\nqkv train lm --init-from runs/lm --data my.txt --out runs/lm-mine --lr 3e-4",
     )
     lm.add_argument("--out", required=True, help="run folder (checkpoints, tokenizer, log.jsonl)")
     presets = {size: PRESETS[("lm", size)] for size in sizes_of("lm")}
+    presets["--init-from"] = LM_FINETUNE
     notes = {"max_tokens": "--batch-size windows of the context"}
     add_task_options(lm, LMSetup, {None: SETUP_HELP}, presets, notes=notes)
     lm.set_defaults(run=_train_lm)

@@ -15,6 +15,7 @@ __all__ = [
     "BOS_ID",
     "EOS_ID",
     "UNK_ID",
+    "NO_PAD_ID",
     "SPECIAL_TOKENS",
     "Batch",
     "pad_sequences",
@@ -24,6 +25,8 @@ __all__ = [
 #: Every qkv tokenizer reserves the same four ids, so checkpoints, models and search agree.
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+#: The padding of a stream whose every id is a token: no id at all (PyTorch's ignore_index).
+NO_PAD_ID = -100
 
 
 class Pair(NamedTuple):
@@ -36,17 +39,24 @@ class Pair(NamedTuple):
 @dataclass
 class Batch:
     """source: (B, S) token ids padded with PAD_ID, or (B, C, H, W) images.
-    target: (B, T) ids ``<s> w_1 .. w_n </s>`` padded with PAD_ID.
-    index: (B,) the examples' positions in their dataset (to find references)."""
+    target: (B, T) ids ``<s> w_1 .. w_n </s>`` padded with ``pad_id``.
+    index: (B,) the examples' positions in their dataset (to find references).
+    pad_id: what fills ``target`` past each example's end, never a target of the loss:
+        PAD_ID, or for a stream in which every id is a token (a pretrained model's
+        vocabulary, whose id 0 is a word) NO_PAD_ID, which the decoder reads as id 0."""
 
     source: Tensor
     target: Tensor
     index: Tensor
+    pad_id: int = PAD_ID
 
     @property
     def target_input(self) -> Tensor:
         """(B, T-1): what the decoder reads under teacher forcing."""
-        return self.target[:, :-1]
+        inputs = self.target[:, :-1]
+        if self.pad_id < 0:  # padding comes after an example's tokens, so no token sees it
+            inputs = inputs.clamp(min=0)
+        return inputs
 
     @property
     def target_output(self) -> Tensor:
@@ -55,10 +65,12 @@ class Batch:
 
     @property
     def num_target_tokens(self) -> int:
-        return int((self.target_output != PAD_ID).sum())
+        return int((self.target_output != self.pad_id).sum())
 
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(self.source.to(device), self.target.to(device), self.index.to(device))
+        return Batch(
+            self.source.to(device), self.target.to(device), self.index.to(device), self.pad_id
+        )
 
 
 def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor:

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from ..errors import DataError, InputError, MissingFileError
-from .batch import PAD_ID, Batch
+from .batch import NO_PAD_ID, PAD_ID, Batch
 
 __all__ = [
     "TextCorpus",
@@ -121,12 +121,14 @@ class TextDataset:
 
     A window is a trainer example with no source and the window as target: the model reads
     ``target[:, :-1]`` and predicts ``target[:, 1:]`` (:class:`~qkv.data.batch.Batch`).
-    The stream must not contain PAD_ID (0), which marks padding.
+    ``pad_id`` fills the short last window and is no target of the loss: PAD_ID (0), which
+    the stream must not contain (qkv's tokenizers reserve it), or NO_PAD_ID for a stream in
+    which every id is a token (a pretrained model's tokenizer: its id 0 is a word).
 
     Shapes: collate -> Batch(source (B, 0), target (B, context + 1), index (B,)).
     """
 
-    def __init__(self, ids: Sequence[int] | torch.Tensor, *, context: int):
+    def __init__(self, ids: Sequence[int] | torch.Tensor, *, context: int, pad_id: int = PAD_ID):
         if not isinstance(context, int) or context < 1:
             raise InputError(f"context={context!r} must be a positive number of tokens")
         self.ids = torch.as_tensor(ids, dtype=torch.long).flatten()
@@ -134,9 +136,11 @@ class TextDataset:
             raise DataError(
                 f"the text has {self.ids.numel()} token(s); a language model needs at least 2"
             )
-        if bool((self.ids == 0).any()):
-            raise DataError("the token stream contains id 0, reserved for padding")
-        self.context = context
+        if pad_id not in (PAD_ID, NO_PAD_ID):
+            raise InputError(f"pad_id={pad_id!r} must be PAD_ID (0) or NO_PAD_ID (-100)")
+        if bool((self.ids == pad_id).any()):
+            raise DataError(f"the token stream contains id {pad_id}, reserved for padding")
+        self.context, self.pad_id = context, pad_id
         self.starts = list(range(0, self.ids.numel() - 1, context))
         self.target_lengths = [min(context + 1, self.ids.numel() - start) for start in self.starts]
         self.source_lengths = [0] * len(self.starts)
@@ -158,5 +162,5 @@ class TextDataset:
         offsets = torch.arange(int(lengths.max()))  # (T,)
         positions = self._starts[index, None] + offsets  # (B, T)
         target = self.ids[positions.clamp(max=self.ids.numel() - 1)]
-        target = target.masked_fill(offsets >= lengths[:, None], PAD_ID)  # the short last window
-        return Batch(target.new_zeros((len(index), 0)), target, index)
+        target = target.masked_fill(offsets >= lengths[:, None], self.pad_id)  # the short last one
+        return Batch(target.new_zeros((len(index), 0)), target, index, self.pad_id)

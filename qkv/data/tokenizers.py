@@ -32,6 +32,7 @@ __all__ = [
     "training_texts",
     "TOKENIZER_KINDS",
     "register_tokenizer",
+    "write_tokenizer_file",
 ]
 
 _FILE_FORMAT = "qkv-tokenizer"
@@ -102,10 +103,7 @@ class Tokenizer(ABC):
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the tokenizer as one JSON file (read it back with ``load_tokenizer``)."""
-        document = {"format": _FILE_FORMAT, "version": _FILE_VERSION, "kind": self.kind}
-        document.update(self._state())
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, ensure_ascii=False)
+        write_tokenizer_file(path, self.kind, self._state())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"
@@ -236,9 +234,19 @@ TOKENIZER_KINDS = tuple(_KINDS)
 _LOADABLE: dict[str, type[Tokenizer]] = {}  # kinds other packages register (register_tokenizer)
 
 
+def write_tokenizer_file(path: str | os.PathLike[str], kind: str, state: dict[str, Any]) -> None:
+    """Write a tokenizer's ``state`` as the one JSON file :func:`load_tokenizer` reads back
+    (through the ``_from_state`` of the class registered for ``kind``)."""
+    document = {"format": _FILE_FORMAT, "version": _FILE_VERSION, "kind": kind, **state}
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, ensure_ascii=False)
+
+
 def register_tokenizer(tokenizer_class: type[Tokenizer]) -> None:
     """Let :func:`load_tokenizer` (and so every checkpoint) find ``tokenizer_class`` by its
-    ``kind``; :func:`train_tokenizer` keeps to the translators' kinds (TOKENIZER_KINDS)."""
+    ``kind``; :func:`train_tokenizer` keeps to the translators' kinds (TOKENIZER_KINDS).
+    A class from another package (a model folder's tokenizer) needs ``kind``, ``save`` and
+    the classmethod ``_from_state`` only."""
     _LOADABLE[tokenizer_class.kind] = tokenizer_class
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from torch import Tensor
 
+from qkv.data.tokenizers import register_tokenizer, write_tokenizer_file
 from qkv.errors import CheckpointError, MissingFileError
 
 __all__ = ["read_config", "read_safetensors", "finish_lm_state_dict", "FolderTokenizer"]
@@ -136,9 +137,12 @@ class FolderTokenizer:
         wanted = "tokenizer.json or vocab.txt" if add_special_tokens else "tokenizer.json"
         raise MissingFileError(f"{folder} has no tokenizer ({wanted}); found {_listing(folder)}")
 
-    def encode(self, text: str) -> list[int]:
-        """The token ids of ``text`` (with the special tokens the file adds, if asked)."""
-        return self._tokenizer.encode(text, add_special_tokens=self.add_special_tokens).ids
+    def encode(self, text: str, *, add_special_tokens: bool | None = None) -> list[int]:
+        """The token ids of ``text``, with the special tokens the file's post-processor adds
+        if ``add_special_tokens`` (None: the tokenizer's own setting)."""
+        if add_special_tokens is None:
+            add_special_tokens = self.add_special_tokens
+        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids) -> str:
         """The text of token ids (a list or a tensor), special tokens kept."""
@@ -163,6 +167,29 @@ class FolderTokenizer:
         """The number of tokens, added tokens included."""
         return self._tokenizer.get_vocab_size(with_added_tokens=True)
 
+    def save(self, path: str | Path) -> None:
+        """Write the tokenizer (the whole ``tokenizer.json`` and ``add_special_tokens``) as a
+        qkv tokenizer file, so that a run fine-tuned from a folder keeps it in every
+        checkpoint; :func:`qkv.data.tokenizers.load_tokenizer` reads it back."""
+        state = {
+            "tokenizer": json.loads(self._tokenizer.to_str()),
+            "add_special_tokens": self.add_special_tokens,
+        }
+        write_tokenizer_file(path, self.kind, state)
+
+    @classmethod
+    def _from_state(cls, state: dict[str, Any]) -> FolderTokenizer:
+        from tokenizers import Tokenizer
+
+        tokenizer = cls.__new__(cls)
+        hf = Tokenizer.from_str(json.dumps(state["tokenizer"]))
+        tokenizer._use(hf, bool(state["add_special_tokens"]))
+        return tokenizer
+
 
 def _listing(folder: Path) -> list[str]:
     return sorted(entry.name for entry in folder.iterdir())
+
+
+# a checkpoint that holds a folder's tokenizer (a fine-tuned run) reads it back by its kind
+register_tokenizer(FolderTokenizer)

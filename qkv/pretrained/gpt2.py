@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from qkv.data.tokenizers import register_tokenizer
 from qkv.errors import CheckpointError
 from qkv.models.lm import DecoderLM
 from qkv.models.lm_builders import architecture_config
@@ -89,6 +90,9 @@ class GPT2Tokenizer(FolderTokenizer):
 
     def __init__(self, path: str | Path):
         super().__init__(path, add_special_tokens=False)
+
+
+register_tokenizer(GPT2Tokenizer)
 
 
 def gpt2_config_from_hf(hf: dict[str, Any]) -> LMConfig:

@@ -2,8 +2,11 @@
 
 ``train_lm`` drives :func:`qkv.training.train` exactly as translation does (budgets,
 checkpoints, ``--resume``, DDP, bf16); the run's ``log.jsonl`` carries the validation loss and
-perplexity per token.  ``load_lm`` reads a run back; ``context_loss`` measures the validation
-loss at a given context length (how far positions extrapolate).
+perplexity per token.  A run starts from a fresh model and a tokenizer trained on the text,
+or with ``init_from`` from a pretrained model and its own tokenizer (a Hugging Face GPT-2 or
+Llama-family folder, or another run: :mod:`qkv.tasks.lm_start`).  ``load_lm`` reads a run
+back; ``context_loss`` measures the validation loss at a given context length (how far
+positions extrapolate).
 """
 
 from __future__ import annotations
@@ -14,15 +17,17 @@ from pathlib import Path
 
 import torch
 
-from ..data.batch import BOS_ID
+from ..data.batch import BOS_ID, NO_PAD_ID, PAD_ID
 from ..data.text import TextCorpus, TextDataset, load_text, split_documents
 from ..data.text_tokenizers import TEXT_TOKENIZER_KINDS, train_text_tokenizer
 from ..data.tokenizers import Tokenizer
 from ..errors import CheckpointError, InputError
 from ..models import ARCHITECTURES, DecoderLM, LMConfig, architecture_config, window_layers_of
+from ..pretrained import FolderTokenizer
 from ..training import TrainConfig, TrainResult, load_checkpoint
+from .lm_start import TOKENIZER_FILE, LMStart, fit_setup_to_start, load_start, read_start
 from .lm_text import context_loss, generate_text
-from .presets import Preset, preset_for, sizes_of
+from .presets import LM_FINETUNE, Preset, preset_for, sizes_of
 from .task import TaskData, TaskSpec, check_choices, train_task
 from .translator import reading_errors
 
@@ -33,13 +38,12 @@ __all__ = [
     "train_lm",
     "load_lm",
     "LoadedLM",
+    "LMStart",
     "encode_text",
     "encode_documents",
     "context_loss",
     "generate_text",
 ]
-
-TOKENIZER_FILE = "tokenizer"
 
 SIZES = sizes_of("lm")
 
@@ -49,11 +53,18 @@ class LMSetup:
     """What to train on and which language model to build (the trainer's knobs: TrainConfig).
 
     data: ``kjv`` or a UTF-8 text file (split as :mod:`qkv.data.text` states).
+    init_from: fine-tune: a Hugging Face folder of a gpt2, llama, qwen2 or mistral model,
+        or a run of `qkv train lm` (see :mod:`qkv.tasks.lm_start`).  The model and its
+        tokenizer come from it: arch, size, positions, tokenizer, vocab_size, num_kv_heads,
+        window and window_pattern are refused when set to anything but their defaults or
+        the start's own values; context defaults to the model's positions, at most 256;
+        dropout to the start's (a folder's: 0); pack opens each document with the folder's
+        BOS token (refused when it has none).
     arch: the architecture (:data:`qkv.models.ARCHITECTURES`): "gpt" (LayerNorm, GELU,
         learned positions, tied output), "llama" (RMSNorm, SwiGLU, RoPE, untied) or
         "nanochat" (parameter-free RMSNorm, ReLU^2, RoPE, QK-norm, soft-capped logits).
     size: "small" (4 x 128, context 64) or "medium" (6 x 384, context 256).
-    context: tokens per training window (None: the size's); the model's ``max_len``.
+    context: tokens per training window (None: the size's); a fresh model's ``max_len``.
     positions: "learned", "sinusoidal", "rope" or "alibi" (None: the architecture's).
     tokenizer: "char" or "bytebpe"; vocab_size for bytebpe.
     num_kv_heads: grouped key/value heads (None: one per query head).
@@ -81,6 +92,7 @@ class LMSetup:
     window_pattern: str | None = None
     pack: bool = False
     batch_size: int = 12
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
         check_choices(self, ("arch", "size", "tokenizer"))
@@ -105,15 +117,28 @@ class LMSetup:
             raise InputError(
                 f"batch_size={self.batch_size} must be at least 1 window", fields=("batch_size",)
             )
+        if isinstance(self.init_from, Path):  # kept as text: the setup goes into JSON
+            object.__setattr__(self, "init_from", str(self.init_from))
+        if self.init_from is not None and not isinstance(self.init_from, str):
+            raise InputError(
+                f"init_from={self.init_from!r} must be a folder's path", fields=("init_from",)
+            )
 
     @property
     def context_length(self) -> int:
-        return self.context or preset_for("lm", self.size).model["max_len"]
+        """The training window: ``context``, else the size's (fine-tuning: the start's
+        model's positions, at most 256)."""
+        if self.context is not None:
+            return self.context
+        if self.init_from is not None:
+            return read_start(self.init_from).default_context
+        return preset_for("lm", self.size).model["max_len"]
 
 
 def lm_preset(setup: LMSetup) -> Preset:
-    """The size's preset, its batch ``batch_size`` windows of the setup's context."""
-    preset = preset_for("lm", setup.size)
+    """The size's preset (fine-tuning: :data:`~qkv.tasks.presets.LM_FINETUNE`), its batch
+    ``batch_size`` windows of the setup's context."""
+    preset = LM_FINETUNE if setup.init_from is not None else preset_for("lm", setup.size)
     batch = {"max_tokens": setup.batch_size * (setup.context_length + 1)}
     return dataclasses.replace(preset, train={**preset.train, **batch})
 
@@ -139,19 +164,31 @@ def lm_config(setup: LMSetup, vocab_size: int) -> LMConfig:
     return architecture_config(setup.arch, vocab_size, **fields)
 
 
-def encode_text(tokenizer: Tokenizer, text: str) -> torch.Tensor:
-    """The ids of a whole text, (N,) long, encoded line by line (BPE in parallel)."""
+def encode_text(
+    tokenizer: Tokenizer | FolderTokenizer, text: str, *, special_tokens: bool = True
+) -> torch.Tensor:
+    """The ids of a whole text, (N,) long: qkv's byte-level BPE line by line (in parallel),
+    a model folder's tokenizer on the whole text at once, as the folder's model read text,
+    with the special tokens its post-processor adds (Llama's BOS) unless ``special_tokens``
+    is False.  qkv's own tokenizers add none."""
     if hasattr(tokenizer, "encode_lines"):
         lines = text.splitlines(keepends=True)
         return torch.tensor([i for ids in tokenizer.encode_lines(lines) for i in ids])
+    if isinstance(tokenizer, FolderTokenizer):
+        ids = tokenizer.encode(text, add_special_tokens=special_tokens)
+        return torch.tensor(ids, dtype=torch.long)
     return torch.tensor(tokenizer.encode(text), dtype=torch.long)
 
 
-def encode_documents(tokenizer: Tokenizer, documents: list[str]) -> torch.Tensor:
-    """The ids of ``documents`` packed end to end, each opened by ``<s>`` (BOS_ID), (N,) long."""
+def encode_documents(
+    tokenizer: Tokenizer | FolderTokenizer, documents: list[str], *, bos: int = BOS_ID
+) -> torch.Tensor:
+    """The ids of ``documents`` packed end to end, each opened by ``bos`` (qkv's ``<s>``, or
+    a model folder's BOS token) and nothing else, (N,) long."""
     parts = [torch.zeros(0, dtype=torch.long)]
     for text in documents:
-        parts += [torch.tensor([BOS_ID]), encode_text(tokenizer, text).long()]
+        ids = encode_text(tokenizer, text, special_tokens=False).long()
+        parts += [torch.tensor([bos]), ids]
     return torch.cat(parts)
 
 
@@ -168,36 +205,67 @@ def _read(setup: LMSetup) -> TextCorpus:
     return corpus
 
 
-def _saved_tokenizer(out_dir: Path) -> Tokenizer:
+def _prepare(setup: LMSetup, say) -> LMSetup:
+    """Fine-tuning: the setup with what ``init_from`` decides (checked, said in one line)."""
+    return setup if setup.init_from is None else fit_setup_to_start(setup, say)
+
+
+def _start(setup: LMSetup, corpus: TextCorpus) -> LMStart:
+    """A fresh run's start: ``init_from``'s model and tokenizer, or a tokenizer trained on
+    the text."""
+    if setup.init_from is not None:
+        return load_start(setup)
+    tokenizer = train_text_tokenizer(setup.tokenizer, corpus.train, vocab_size=setup.vocab_size)
+    return LMStart(tokenizer)
+
+
+def _saved_start(out_dir: Path) -> LMStart:
+    """A resumed run's start: the tokenizer (and end tokens) its checkpoints keep."""
     with reading_errors(CheckpointError):
-        return load_checkpoint(out_dir, load_tokenizers=True).tokenizers[TOKENIZER_FILE]
+        checkpoint = load_checkpoint(out_dir, load_tokenizers=True)
+        tokenizer = checkpoint.tokenizers[TOKENIZER_FILE]
+    return LMStart(tokenizer, eos_ids=tuple(checkpoint.metadata.get("eos_ids", ())))
 
 
-def _datasets(setup: LMSetup, model: DecoderLM, corpus, tokenizer: Tokenizer) -> TaskData:
+def _build(setup: LMSetup, corpus: TextCorpus, start: LMStart) -> DecoderLM:
+    if setup.init_from is None:
+        return DecoderLM(lm_config(setup, start.tokenizer.vocab_size))
+    # resuming: the start's network again (the trainer then loads the run's weights into it)
+    return start.model if start.model is not None else load_start(setup).model
+
+
+def _datasets(setup: LMSetup, model: DecoderLM, corpus, start: LMStart) -> TaskData:
+    tokenizer = start.tokenizer
+
     def stream(text: str) -> torch.Tensor:
-        if setup.pack:
-            return encode_documents(tokenizer, split_documents(corpus, text))
+        if setup.pack:  # the model's own document token: qkv's <s>, or a folder's BOS
+            bos = model.config.document_start
+            return encode_documents(tokenizer, split_documents(corpus, text), bos=bos)
         return encode_text(tokenizer, text)
 
     context = setup.context_length
-    train_data = TextDataset(stream(corpus.train), context=context)
+    # qkv's tokenizers keep id 0 for padding; in a model folder's vocabulary it is a word
+    pad_id = NO_PAD_ID if isinstance(tokenizer, FolderTokenizer) else PAD_ID
+    train_data = TextDataset(stream(corpus.train), context=context, pad_id=pad_id)
     valid_data = None
     if corpus.valid:
-        valid_data = TextDataset(stream(corpus.valid), context=context)
-    return TaskData(train_data, valid_data)
+        valid_data = TextDataset(stream(corpus.valid), context=context, pad_id=pad_id)
+    # a fine-tuned folder's model still ends its texts with the folder's end token
+    metadata = {"eos_ids": list(start.eos_ids)} if start.eos_ids else {}
+    return TaskData(train_data, valid_data, metadata=metadata)
 
 
-#: The language model's parts of the shared skeleton.
+#: The language model's parts of the shared skeleton (its "vocabulary" is an LMStart: the
+#: tokenizer, and when fine-tuning the model it starts from).
 LM = TaskSpec(
     task="lm",
     preset=lm_preset,
+    prepare=_prepare,
     read=_read,
-    vocabulary=lambda setup, corpus: train_text_tokenizer(
-        setup.tokenizer, corpus.train, vocab_size=setup.vocab_size
-    ),
-    saved_vocabulary=_saved_tokenizer,
-    tokenizers=lambda tokenizer: {TOKENIZER_FILE: tokenizer},
-    build=lambda setup, corpus, tokenizer: DecoderLM(lm_config(setup, tokenizer.vocab_size)),
+    vocabulary=_start,
+    saved_vocabulary=_saved_start,
+    tokenizers=lambda start: {TOKENIZER_FILE: start.tokenizer},
+    build=_build,
     datasets=_datasets,
 )
 
@@ -208,7 +276,9 @@ def train_lm(
     """Train a language model; checkpoints (weights, config, tokenizer) go to ``out_dir``.
 
     With ``resume`` the tokenizer comes from the run's last checkpoint, so the run continues
-    exactly where it stopped; a different setup is refused by the trainer."""
+    exactly where it stopped; a different setup is refused by the trainer.  A run with
+    ``setup.init_from`` resumes from its own checkpoints too, but reads the start's folder
+    again for its network (keep it in place)."""
     return train_task(LM, setup, config, out_dir, resume=resume)
 
 
@@ -217,7 +287,8 @@ class LoadedLM:
     model: DecoderLM
     tokenizer: Tokenizer
     setup: LMSetup | None
-    #: qkv's LMs learn from running text, with no end token: generation runs to its length.
+    #: qkv's LMs learn from running text, with no end token: generation runs to its length
+    #: (a model fine-tuned from a folder keeps the folder's end tokens).
     eos_ids: tuple[int, ...] = ()
 
     def too_long(self, length: int) -> str:
@@ -239,4 +310,5 @@ def load_lm(path: str | Path, *, device: str | torch.device = "cpu") -> LoadedLM
         )
     fields = checkpoint.metadata.get("setup")
     setup = LMSetup(**fields) if isinstance(fields, dict) else None
-    return LoadedLM(checkpoint.model, checkpoint.tokenizers[TOKENIZER_FILE], setup)
+    eos_ids = tuple(checkpoint.metadata.get("eos_ids", ()))
+    return LoadedLM(checkpoint.model, checkpoint.tokenizers[TOKENIZER_FILE], setup, eos_ids)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from ..data.batch import NO_PAD_ID
 from ..data.text import TextDataset
 from ..data.text_tokenizers import encode_prompt
 from ..decoding import sample
@@ -29,7 +30,7 @@ def context_loss(
     """Mean next-token loss (nats) over windows of ``context + 1`` tokens of ``ids`` (N,),
     every prediction made with the window's whole prefix in view: how well the model reads a
     context of that length (past its training ``max_len``, positions must extrapolate)."""
-    windows = TextDataset(ids, context=context)
+    windows = TextDataset(ids, context=context, pad_id=NO_PAD_ID)  # whole windows: no padding
     full = [i for i, n in enumerate(windows.target_lengths) if n == context + 1]
     if not full:
         raise InputError(f"the text has fewer than {context + 1} tokens: no window to score")
@@ -73,7 +74,9 @@ def generate_text(
         )
     prompt_ids = encode_prompt(lm.tokenizer, prompt)
     document_start = getattr(lm.model.config, "document_start", None)
-    if document_start is not None:  # trained packed: <s> opens the document
+    # trained packed: <s> (or a folder's BOS) opens the document, once: a folder's tokenizer
+    # may add its BOS itself
+    if document_start is not None and prompt_ids[0] != document_start:
         prompt_ids = [document_start, *prompt_ids]
     limit = getattr(lm.model, "max_positions", None)
     if limit is not None and len(prompt_ids) > limit:

@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import InputError
 from ..training.recipes import Recipe
 
-__all__ = ["Preset", "PRESETS", "RECIPES", "preset_for", "recipe_for", "sizes_of"]
+__all__ = ["Preset", "PRESETS", "LM_FINETUNE", "RECIPES", "preset_for", "recipe_for", "sizes_of"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,16 @@ _LM = dict(
     betas=(0.9, 0.99),
     log_every=50,
     eval_batches=10,
+)
+
+#: Fine-tuning a language model (``qkv train lm --init-from``): the model is the folder's, so
+#: this preset has no model fields.  A pretrained model wants a peak lr well below a fresh
+#: one's -- AdamW at 1e-4, the range commonly used to fine-tune GPT-2-sized models, down to
+#: 1e-5 by the cosine -- a short warm-up, and validation every 100 steps, as fine-tuning runs
+#: are short.
+LM_FINETUNE = Preset(
+    train={**_LM, "lr": 1e-4, "min_lr": 1e-5, "warmup_steps": 20, "validate_every": 100},
+    summary="the model and tokenizer of --init-from",
 )
 
 #: What each translation size is for, the same for both families (``base`` says its own).

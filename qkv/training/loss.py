@@ -34,7 +34,9 @@ def sequence_loss(
         raise ValueError(f"label_smoothing={label_smoothing} must lie in [0, 1)")
     keep = target != pad_id  # (B, T)
     log_probs = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
-    nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    # a pad outside the vocabulary (NO_PAD_ID) is gathered as class 0, then dropped by keep
+    picked = target.clamp(min=0) if pad_id < 0 else target
+    nll = -log_probs.gather(-1, picked.unsqueeze(-1)).squeeze(-1)  # (B, T)
     if label_smoothing > 0.0:
         uniform = -log_probs.mean(dim=-1)  # (B, T)
         token_loss = (1.0 - label_smoothing) * nll + label_smoothing * uniform

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data.batch import PAD_ID, Batch
+from ..data.batch import Batch
 from ..errors import InputError
 from .checkpoint import load_trainer_state, read_pointer
 from .config import TrainConfig
@@ -165,7 +165,7 @@ def measure_steps_per_second(
         for index in range(repeats + 1):
             started = time.perf_counter()
             output = model(batch.source, batch.target_input)
-            loss, _ = sequence_loss(output.logits, batch.target_output, pad_id=PAD_ID)
+            loss, _ = sequence_loss(output.logits, batch.target_output, pad_id=batch.pad_id)
             loss.backward()
             if index > 0:
                 fastest = min(fastest, time.perf_counter() - started)

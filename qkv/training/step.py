@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from ..data.batch import PAD_ID, Batch
+from ..data.batch import Batch
 from ..errors import InputError
 from .config import TrainConfig
 from .distributed import DistributedContext
@@ -79,11 +79,11 @@ class TrainStep:
                     output = self.wrapped(batch.source, batch.target_input)
                 targets = batch.target_output
                 if self.shard is not None:
-                    targets = self.shard(targets, PAD_ID)
+                    targets = self.shard(targets, batch.pad_id)
                 token_loss, _ = sequence_loss(
                     output.logits,
                     targets,
-                    pad_id=PAD_ID,
+                    pad_id=batch.pad_id,
                     label_smoothing=self.label_smoothing,
                 )
                 loss = token_loss * scale

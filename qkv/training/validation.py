@@ -10,7 +10,6 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
-from ..data.batch import PAD_ID
 from .distributed import DistributedContext, all_reduce_sum, broadcast_object
 from .loss import sequence_loss
 from .schedules import PlateauLR
@@ -157,7 +156,7 @@ def validation_loss(
     for indices in batches.batches(0)[context.rank :: context.world_size]:
         batch = data.collate(indices).to(context.device)
         output = model(batch.source, batch.target_input)
-        loss_sum, tokens = sequence_loss(output.logits, batch.target_output, pad_id=PAD_ID)
+        loss_sum, tokens = sequence_loss(output.logits, batch.target_output, pad_id=batch.pad_id)
         sums += torch.stack([loss_sum.double(), tokens.double()])
     loss_sum, tokens = all_reduce_sum(sums, context).tolist()
     if tokens == 0:

@@ -1,0 +1,255 @@
+"""Fine-tuning with `qkv train lm --init-from`: a tiny random-weight GPT-2 folder, a tiny Llama
+folder (both made with transformers, their tokenizers with ``tokenizers``) and a qkv run
+train on a user's text through the CLI, their validation loss falls below the start's own,
+the run resumes exactly and generates; what cannot start a run is one line, exit 2."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from qkv.cli.main import main
+from qkv.data.text import load_text
+from qkv.pretrained import load_pretrained
+from qkv.tasks.lm import context_loss, encode_documents, encode_text, load_lm
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+VOCAB = 300  # the model's rows; the tokenizers below hold at most this many tokens
+POSITIONS = 64
+CONTEXT = 32
+THINGS = ["the heaven", "the earth", "the waters", "the light", "the darkness", "the sea"]
+VERBS = ["made", "saw", "divided", "called", "blessed"]
+
+
+def write_text(path, lines=400, *, paragraphs=False):
+    """A text with structure a model can learn quickly (its last 5% of lines: validation)."""
+    text = []
+    for i in range(lines):
+        a, b = THINGS[i % len(THINGS)], THINGS[(i * 7 + 3) % len(THINGS)]
+        text.append(f"And God {VERBS[i % len(VERBS)]} {a}, and {b} was good.\n")
+        if paragraphs and i % 4 == 3:
+            text.append("\n")
+    path.write_text("".join(text), encoding="utf-8")
+    return path
+
+
+def save_tokenizer(folder, text, *, bos=False):
+    """A byte-level BPE ``tokenizer.json``; with ``bos``, <s> (id 0) and </s> (id 1) first
+    and a post-processor that opens every text with <s>, as Llama's does."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<s>", "</s>"] if bos else [],
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(text.splitlines(keepends=True), trainer)
+    if bos:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="<s> $A", special_tokens=[("<s>", 0)]
+        )
+    tokenizer.save(str(folder / "tokenizer.json"))
+    assert tokenizer.get_vocab_size() <= VOCAB
+
+
+def gpt2_folder(tmp_path, text):
+    folder = tmp_path / "gpt2"
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=POSITIONS,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder, safe_serialization=True)
+    save_tokenizer(folder, text)
+    return folder
+
+
+def llama_folder(tmp_path, text):
+    folder = tmp_path / "llama"
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=POSITIONS,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=None,
+    )
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
+    save_tokenizer(folder, text, bos=True)
+    return folder
+
+
+FOLDERS = {"gpt2": gpt2_folder, "llama": llama_folder}
+
+
+def train(data, out, *options):
+    """`qkv train lm` in-process, a tiny budget; the exit status."""
+    return main(
+        ["train", "lm", "--data", str(data), "--out", str(out), "--device", "cpu"]
+        + ["--batch-size", "8", "--validate-every", "10", "--log-every", "1"]
+        + [str(option) for option in options]
+    )
+
+
+def train_losses(run):
+    lines = (run / "log.jsonl").read_text().splitlines()
+    return [(r["step"], r["loss"]) for r in map(json.loads, lines) if r["event"] == "train"]
+
+
+@pytest.mark.parametrize("family", sorted(FOLDERS))
+def test_a_folder_fine_tunes_below_its_own_loss_and_the_run_generates(tmp_path, family, capsys):
+    data = write_text(tmp_path / "my.txt")
+    folder = FOLDERS[family](tmp_path, data.read_text())
+    start = load_pretrained(folder)
+    valid = encode_text(start.tokenizer, load_text(str(data)).valid)
+    before = context_loss(start.model, valid, context=CONTEXT)
+
+    run = tmp_path / "run"
+    options = ["--init-from", folder, "--context", CONTEXT, "--lr", 3e-3, "--max-steps", 30]
+    assert train(data, run, *options) == 0
+    out = capsys.readouterr().out
+    assert f"init from {folder}: a {family} model, 2 layers x 32 wide" in out
+    assert "context 32, dropout the start's" in out
+    tuned = load_lm(run)
+    after = context_loss(tuned.model, valid, context=CONTEXT)
+    assert after < before - 1.0, (before, after)
+    # the run's model is the folder's network; its checkpoint keeps the folder's tokenizer
+    assert tuned.model.config == start.model.config
+    assert tuned.tokenizer.encode("And God saw the sea") == start.tokenizer.encode(
+        "And God saw the sea"
+    )
+    assert tuned.eos_ids == start.eos_ids == ((1,) if family == "llama" else ())
+    assert tuned.setup.arch == ("gpt" if family == "gpt2" else "llama")
+    if (
+        family == "llama"
+    ):  # the post-processor opens the text with <s>, as the folder's model read it
+        assert valid[0].item() == 0 and (valid[1:] != 0).all()
+
+    generate = ["generate", "--checkpoint", str(run), "--prompt", "And God", "--seed", "1"]
+    assert main([*generate, "--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out.startswith("And God")
+
+
+def test_the_default_context_is_the_folders_positions_at_most_256(tmp_path, capsys):
+    data = write_text(tmp_path / "my.txt")
+    folder = gpt2_folder(tmp_path, data.read_text())
+    assert train(data, tmp_path / "run", "--init-from", folder, "--max-steps", 1) == 0
+    assert f"context {POSITIONS}, dropout the start's" in capsys.readouterr().out
+    assert load_lm(tmp_path / "run").setup.context == POSITIONS
+
+
+def test_a_fine_tuning_run_resumes_exactly(tmp_path):
+    data = write_text(tmp_path / "my.txt")
+    folder = gpt2_folder(tmp_path, data.read_text())
+    # dropout given, so the resumed run must also restore the random state it draws from; a
+    # schedule whose lr changes at every step but does not depend on the run's length
+    options = ["--init-from", folder, "--context", CONTEXT, "--dropout", 0.1, "--seed", 3]
+    options += ["--validate-every", 2, "--schedule", "inverse_sqrt", "--warmup-steps", 2]
+    assert train(data, tmp_path / "whole", *options, "--max-steps", 6) == 0
+    assert train(data, tmp_path / "cut", *options, "--max-steps", 3) == 0
+    assert train(data, tmp_path / "cut", *options, "--max-steps", 6, "--resume") == 0
+    whole, cut = load_lm(tmp_path / "whole").model, load_lm(tmp_path / "cut").model
+    assert whole.config.dropout == 0.1
+    for (name, a), b in zip(whole.state_dict().items(), cut.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert train_losses(tmp_path / "cut") == train_losses(tmp_path / "whole")
+
+
+def test_a_qkv_run_fine_tunes_with_its_model_and_tokenizer(tmp_path, capsys):
+    first = write_text(tmp_path / "first.txt", 60)
+    data = tmp_path / "second.txt"  # another text, in the same alphabet
+    data.write_text(
+        "".join(f"the sea {i % 5} was made, and the light was divided.\n" for i in range(300))
+    )
+    base = tmp_path / "base"
+    assert train(first, base, "--context", CONTEXT, "--max-steps", 5) == 0
+    start = load_lm(base)
+    valid = encode_text(start.tokenizer, load_text(str(data)).valid)
+    before = context_loss(start.model, valid, context=CONTEXT)
+
+    run = tmp_path / "run"
+    options = ["--init-from", base, "--tokenizer", "char", "--lr", 3e-3, "--max-steps", 30]
+    assert train(data, run, *options) == 0
+    assert f"init from {base}: a qkv model, 4 layers x 128 wide" in capsys.readouterr().out
+    tuned = load_lm(run)
+    assert tuned.model.config == start.model.config
+    assert tuned.setup.context == CONTEXT  # the run's context (its positions: 32)
+    assert tuned.tokenizer.alphabet == start.tokenizer.alphabet
+    assert context_loss(tuned.model, valid, context=CONTEXT) < before - 0.5
+
+
+def test_packed_documents_open_with_the_folders_bos(tmp_path):
+    data = write_text(tmp_path / "my.txt", paragraphs=True)
+    folder = llama_folder(tmp_path, data.read_text())
+    run = tmp_path / "run"
+    options = ["--init-from", folder, "--context", CONTEXT, "--pack", "--max-steps", 2]
+    assert train(data, run, *options) == 0
+    tuned = load_lm(run)
+    assert tuned.model.config.document_start == 0
+    # one <s> per document, never two: the post-processor's is left out when packing
+    ids = encode_documents(tuned.tokenizer, ["And God saw.\n", "the sea\n"], bos=0)
+    assert ids.tolist().count(0) == 2 and ids[0] == 0
+    assert main(["generate", "--checkpoint", str(run), "--prompt", "And", "--seed", "1"]) == 0
+
+
+def refused(capsys, *argv):
+    """The one line of a refused command (exit status 2)."""
+    capsys.readouterr()  # what came before (transformers' progress bars)
+    assert main(list(map(str, argv))) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("qkv: error: "), captured.err
+    return lines[0]
+
+
+def test_what_cannot_start_a_fine_tuning_run_is_one_line(tmp_path, capsys):
+    data = write_text(tmp_path / "my.txt")
+    gpt2 = gpt2_folder(tmp_path, data.read_text())
+    bert = tmp_path / "bert"
+    config = transformers.BertConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2
+    )
+    transformers.BertModel(config).save_pretrained(bert)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "readme.txt").write_text("not a model")
+
+    def refused_run(*options):
+        line = refused(capsys, "train", "lm", "--data", data, "--out", tmp_path / "run", *options)
+        assert not (tmp_path / "run").exists()  # nothing written
+        return line
+
+    line = refused_run("--init-from", notes)
+    assert "holds no model" in line and "readme.txt" in line and "gpt2, llama" in line
+    line = refused_run("--init-from", tmp_path / "nowhere")
+    assert "is not a folder" in line
+    line = refused_run("--init-from", bert)
+    assert "model_type='bert'" in line and "encoder" in line and "gpt2, llama" in line
+    line = refused_run("--init-from", gpt2, "--arch", "llama")
+    assert "arch='llama' cannot apply" in line and line.endswith("(set by --arch llama)")
+    line = refused_run("--init-from", gpt2, "--size", "medium", "--window", 8)
+    assert "size='medium', window=8 cannot apply" in line
+    line = refused_run("--init-from", gpt2, "--context", 100)
+    assert f"at most {POSITIONS}" in line and "(set by --context 100)" in line
+    line = refused_run("--init-from", gpt2, "--pack")
+    assert "no bos_token_id" in line and "(set by --pack)" in line
+    # the architecture's own name is not a conflict
+    assert train(data, tmp_path / "ok", "--init-from", gpt2, "--arch", "gpt", "--max-steps", 1) == 0
