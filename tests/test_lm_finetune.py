@@ -5,6 +5,11 @@ the run resumes exactly and generates; what cannot start a run is one line, exit
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -171,6 +176,50 @@ def test_a_fine_tuning_run_resumes_exactly(tmp_path):
     for (name, a), b in zip(whole.state_dict().items(), cut.state_dict().values()):
         assert torch.equal(a, b), name
     assert train_losses(tmp_path / "cut") == train_losses(tmp_path / "whole")
+
+
+def test_ctrl_c_stops_a_fine_tuning_run_with_a_checkpoint_that_resumes_exactly(tmp_path):
+    data = write_text(tmp_path / "my.txt")
+    folder = gpt2_folder(tmp_path, data.read_text())
+    cut = tmp_path / "cut"
+    # an lr schedule that does not depend on the run's length, so a run to the step where
+    # the interrupted one stopped, and three more, is the reference
+    options = ["--init-from", folder, "--context", CONTEXT, "--seed", 5, "--threads", 1]
+    options += ["--schedule", "inverse_sqrt", "--warmup-steps", 2, "--lr", 1e-3]
+    command = [sys.executable, "-m", "qkv.cli.main", "train", "lm", "--data", data]
+    command += ["--out", cut, "--batch-size", 8, "--log-every", 1, "--validate-every", 1000]
+    process = subprocess.Popen(
+        [str(part) for part in command + options + ["--max-steps", 100_000]],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not train_losses_so_far(cut) or train_losses_so_far(cut)[-1][0] < 3:
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline, "the run did not reach step 3 in 120 s"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(60) == 130
+    stopped = json.loads((cut / "last.json").read_text())["step"]
+    end = json.loads((cut / "log.jsonl").read_text().splitlines()[-1])
+    assert stopped >= 3 and end["reason"] == "interrupted" and end["step"] == stopped
+    assert "resume" in process.stderr.read().strip().splitlines()[-1]
+
+    target = ["--max-steps", stopped + 3, "--validate-every", 1000]
+    assert train(data, cut, *options, *target, "--resume") == 0
+    assert train(data, tmp_path / "whole", *options, *target) == 0
+    whole, resumed = load_lm(tmp_path / "whole").model, load_lm(cut).model
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert train_losses(cut)[-3:] == train_losses(tmp_path / "whole")[-3:]
+
+
+def train_losses_so_far(run):
+    log = run / "log.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [(r["step"], r["loss"]) for r in map(json.loads, lines[:-1]) if r["event"] == "train"]
 
 
 def test_a_qkv_run_fine_tunes_with_its_model_and_tokenizer(tmp_path, capsys):
