@@ -257,6 +257,10 @@ def test_packed_documents_open_with_the_folders_bos(tmp_path):
     ids = encode_documents(tuned.tokenizer, ["And God saw.\n", "the sea\n"], bos=0)
     assert ids.tolist().count(0) == 2 and ids[0] == 0
     assert main(["generate", "--checkpoint", str(run), "--prompt", "And", "--seed", "1"]) == 0
+    # a run started from this one packs with the folder's BOS too (not qkv's <s>, id 1)
+    again = tmp_path / "again"
+    assert train(data, again, "--init-from", run, "--pack", "--max-steps", 1) == 0
+    assert load_lm(again).model.config.document_start == 0 and load_lm(again).eos_ids == (1,)
 
 
 def refused(capsys, *argv):
@@ -300,5 +304,9 @@ def test_what_cannot_start_a_fine_tuning_run_is_one_line(tmp_path, capsys):
     assert f"at most {POSITIONS}" in line and "(set by --context 100)" in line
     line = refused_run("--init-from", gpt2, "--pack")
     assert "no bos_token_id" in line and "(set by --pack)" in line
+    tuned = tmp_path / "tuned"  # a run fine-tuned from that folder has no BOS either
+    assert train(data, tuned, "--init-from", gpt2, "--max-steps", 1) == 0
+    line = refused_run("--init-from", tuned, "--pack")
+    assert "no bos_token_id" in line
     # the architecture's own name is not a conflict
     assert train(data, tmp_path / "ok", "--init-from", gpt2, "--arch", "gpt", "--max-steps", 1) == 0

@@ -163,7 +163,8 @@ def _lm(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
     with reading_errors(DataError):
         text = getattr(load_text(data), split)
     ids = encode_text(lm.tokenizer, text)
-    context = lm.model.config.max_len
+    # the run's training window (a fine-tuned folder's model reads far more positions)
+    context = lm.setup.context_length if lm.setup is not None else lm.model.config.max_len
     windows = None if request.limit is None else request.limit * context + 1
     loss = context_loss(lm.model, ids[:windows], context=context)
     scores = {"loss": loss, "perplexity": math.exp(loss), "tokens": int(ids[:windows].numel())}

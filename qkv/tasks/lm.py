@@ -224,7 +224,7 @@ def _saved_start(out_dir: Path) -> LMStart:
     with reading_errors(CheckpointError):
         checkpoint = load_checkpoint(out_dir, load_tokenizers=True)
         tokenizer = checkpoint.tokenizers[TOKENIZER_FILE]
-    return LMStart(tokenizer, eos_ids=tuple(checkpoint.metadata.get("eos_ids", ())))
+    return LMStart.of_run(tokenizer, checkpoint.metadata)
 
 
 def _build(setup: LMSetup, corpus: TextCorpus, start: LMStart) -> DecoderLM:
@@ -250,8 +250,9 @@ def _datasets(setup: LMSetup, model: DecoderLM, corpus, start: LMStart) -> TaskD
     valid_data = None
     if corpus.valid:
         valid_data = TextDataset(stream(corpus.valid), context=context, pad_id=pad_id)
-    # a fine-tuned folder's model still ends its texts with the folder's end token
-    metadata = {"eos_ids": list(start.eos_ids)} if start.eos_ids else {}
+    # a fine-tuned model still ends its texts with its start's end token (generate stops
+    # there), and a run that starts from this one packs with its start's BOS
+    metadata = start.metadata() if setup.init_from is not None else {}
     return TaskData(train_data, valid_data, metadata=metadata)
 
 
@@ -310,5 +311,6 @@ def load_lm(path: str | Path, *, device: str | torch.device = "cpu") -> LoadedLM
         )
     fields = checkpoint.metadata.get("setup")
     setup = LMSetup(**fields) if isinstance(fields, dict) else None
-    eos_ids = tuple(checkpoint.metadata.get("eos_ids", ()))
-    return LoadedLM(checkpoint.model, checkpoint.tokenizers[TOKENIZER_FILE], setup, eos_ids)
+    tokenizer = checkpoint.tokenizers[TOKENIZER_FILE]
+    eos_ids = LMStart.of_run(tokenizer, checkpoint.metadata).eos_ids
+    return LoadedLM(checkpoint.model, tokenizer, setup, eos_ids)

@@ -102,12 +102,28 @@ class StartFacts:
 @dataclass(frozen=True)
 class LMStart:
     """What a language-model run starts from, besides its setup: the tokenizer, the model
-    (None: built from the setup, or loaded again when a fine-tuning run resumes) and the
-    ids that end a text (a folder's ``eos_token_id``; qkv's own models have none)."""
+    (None: built from the setup, or loaded again when a fine-tuning run resumes), the ids
+    that end a text (a folder's ``eos_token_id``; qkv's own models have none) and the id
+    that opens a document (qkv's ``<s>``, a folder's BOS, None when it has none)."""
 
     tokenizer: Any
     model: DecoderLM | None = None
     eos_ids: tuple[int, ...] = ()
+    bos: int | None = BOS_ID
+
+    def metadata(self) -> dict[str, Any]:
+        """What a fine-tuning run's checkpoints keep of its start, for generation and for a
+        run that starts from this one: ``eos_ids`` and ``bos_id``."""
+        return {"eos_ids": list(self.eos_ids), "bos_id": self.bos}
+
+    @classmethod
+    def of_run(cls, tokenizer: Any, metadata: dict[str, Any], model: DecoderLM | None = None):
+        """The start a run's checkpoint records (see :meth:`metadata`; a run trained from
+        scratch: no end token, qkv's ``<s>``)."""
+        bos = model.config.document_start if model is not None else None
+        if bos is None:
+            bos = metadata.get("bos_id", BOS_ID)
+        return cls(tokenizer, model, tuple(metadata.get("eos_ids", ())), bos)
 
 
 def read_start(path: str | Path) -> StartFacts:
@@ -161,6 +177,7 @@ def _folder_facts(folder: Path, hf: dict[str, Any]) -> StartFacts:
 def _run_facts(folder: Path) -> StartFacts:
     checkpoint = load_checkpoint(folder, expect_type="lm", load_tokenizers=False)
     config, setup = checkpoint.config, checkpoint.metadata.get("setup")
+    start = LMStart.of_run(None, checkpoint.metadata, checkpoint.model)
     fields = {name: setup[name] for name in START_FIELDS if name in setup} if setup else {}
     return StartFacts(
         path=str(folder),
@@ -168,8 +185,8 @@ def _run_facts(folder: Path) -> StartFacts:
         fields=fields,
         max_len=config.max_len,
         limit=checkpoint.model.max_positions,
-        # qkv's tokenizers keep BOS_ID for <s>, whether or not the run was packed
-        bos=config.document_start if config.document_start is not None else BOS_ID,
+        # the document token the run packed with, else its start's (qkv's <s>, a folder's BOS)
+        bos=start.bos,
         summary=_summary("qkv", config),
     )
 
@@ -211,9 +228,12 @@ def fit_setup_to_start(setup: Any, say: Callable[[str], object]) -> Any:
             fields=("context",),
         )
     if setup.pack and facts.bos is None:
+        source = f"{facts.path}/config.json"
+        if facts.family == "qkv":
+            source = f"the config.json of the folder {facts.path} was fine-tuned from"
         raise InputError(
-            f"pack=True opens every document with the model's BOS token, and "
-            f"{facts.path}/config.json names no bos_token_id; train without pack",
+            f"pack=True opens every document with the model's BOS token, and {source} names "
+            "no bos_token_id; train without pack",
             fields=("pack",),
         )
     context = setup.context or facts.default_context
@@ -234,7 +254,7 @@ def load_start(setup: Any) -> LMStart:
         if TOKENIZER_FILE not in checkpoint.tokenizers:
             raise CheckpointError(f"{checkpoint.directory} has no tokenizer file")
         model, tokenizer = checkpoint.model, checkpoint.tokenizers[TOKENIZER_FILE]
-        eos_ids = tuple(checkpoint.metadata.get("eos_ids", ()))
+        eos_ids = LMStart.of_run(tokenizer, checkpoint.metadata).eos_ids
     else:
         loaded = load_pretrained(setup.init_from)
         assert isinstance(loaded, PretrainedLM)  # read_start refused every other family
@@ -250,4 +270,4 @@ def load_start(setup: Any) -> LMStart:
     )
     trained = DecoderLM(config)  # the dropout sites are built in: a new model, same weights
     trained.load_state_dict(model.state_dict(), strict=True)
-    return LMStart(tokenizer, trained, tuple(eos_ids))
+    return LMStart(tokenizer, trained, tuple(eos_ids), facts.bos)
