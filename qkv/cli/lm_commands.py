@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..tasks.lm import LMSetup
-from ..tasks.lm_start import FINETUNE_CONTEXT
+from ..tasks.lm_start import FINETUNE_CONTEXT, START_FIELDS
 from ..tasks.presets import LM_FINETUNE, PRESETS, sizes_of
 from .commands import add_command, report_run, train_task_from_args
 from .options import add_task_options, call_with_options
@@ -16,9 +16,9 @@ SETUP_HELP = {
     "data": "kjv or a UTF-8 text file",
     "init_from": "fine-tune: a Hugging Face gpt2, llama, qwen2 or mistral folder (config.json, "
     "model.safetensors, tokenizer.json), or a run of `qkv train lm`. Its model and its "
-    "tokenizer are used; the options that build a model (--arch, --size, --positions, "
-    "--tokenizer, --vocab-size, --num-kv-heads, --window, --window-pattern) are refused "
-    "unless they match it",
+    "tokenizer are used; the options that build a model ("
+    + ", ".join("--" + name.replace("_", "-") for name in START_FIELDS)
+    + ") are refused unless left at their defaults or equal to its own",
     "arch": "the architecture: gpt (LayerNorm, GELU, learned positions, tied output), llama "
     "(RMSNorm, SwiGLU, RoPE, untied) or nanochat (parameter-free RMSNorm, ReLU^2, RoPE, "
     "QK-norm, soft-capped logits)",

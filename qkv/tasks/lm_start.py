@@ -192,10 +192,8 @@ def _run_facts(folder: Path) -> StartFacts:
 
 
 def _summary(family: str, config: Any) -> str:
-    return (
-        f"a {family} model, {config.num_layers} layers x {config.d_model} wide, "
-        f"{config.max_len} positions"
-    )
+    what = "a qkv run's model" if family == "qkv" else f"a {family} model"
+    return f"{what}, {config.num_layers} layers x {config.d_model} wide, {config.max_len} positions"
 
 
 def fit_setup_to_start(setup: Any, say: Callable[[str], object]) -> Any:
