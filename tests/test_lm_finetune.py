@@ -18,6 +18,7 @@ from qkv.cli.main import main
 from qkv.data.text import load_text
 from qkv.pretrained import load_pretrained
 from qkv.tasks.lm import context_loss, encode_documents, encode_text, load_lm
+from qkv.training.lock import RunLock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -161,7 +162,7 @@ def test_the_default_context_is_the_folders_positions_at_most_256(tmp_path, caps
     assert load_lm(tmp_path / "run").setup.context == POSITIONS
 
 
-def test_a_fine_tuning_run_resumes_exactly(tmp_path):
+def test_a_fine_tuning_run_resumes_exactly_and_only_alone(tmp_path, capsys):
     data = write_text(tmp_path / "my.txt")
     folder = gpt2_folder(tmp_path, data.read_text())
     # dropout given, so the resumed run must also restore the random state it draws from; a
@@ -170,6 +171,9 @@ def test_a_fine_tuning_run_resumes_exactly(tmp_path):
     options += ["--validate-every", 2, "--schedule", "inverse_sqrt", "--warmup-steps", 2]
     assert train(data, tmp_path / "whole", *options, "--max-steps", 6) == 0
     assert train(data, tmp_path / "cut", *options, "--max-steps", 3) == 0
+    with RunLock(tmp_path / "cut"):  # another process training into the run: refused
+        assert train(data, tmp_path / "cut", *options, "--max-steps", 6, "--resume") == 2
+    assert "in use by another training run" in capsys.readouterr().err
     assert train(data, tmp_path / "cut", *options, "--max-steps", 6, "--resume") == 0
     whole, cut = load_lm(tmp_path / "whole").model, load_lm(tmp_path / "cut").model
     assert whole.config.dropout == 0.1
