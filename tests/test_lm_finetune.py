@@ -13,12 +13,17 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from qkv.cli.main import main
-from qkv.data.text import load_text
-from qkv.pretrained import load_pretrained
+from qkv.data import load_tokenizer
+from qkv.data.batch import NO_PAD_ID
+from qkv.data.text import TextDataset, load_text
+from qkv.errors import DataError
+from qkv.pretrained import FolderTokenizer, load_pretrained
 from qkv.tasks.lm import context_loss, encode_documents, encode_text, load_lm
 from qkv.training.lock import RunLock
+from qkv.training.loss import sequence_loss
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -314,3 +319,35 @@ def test_what_cannot_start_a_fine_tuning_run_is_one_line(tmp_path, capsys):
     assert "no bos_token_id" in line
     # the architecture's own name is not a conflict
     assert train(data, tmp_path / "ok", "--init-from", gpt2, "--arch", "gpt", "--max-steps", 1) == 0
+
+
+def test_a_stream_whose_every_id_is_a_token_pads_outside_the_vocabulary():
+    # id 0 is a word here (a folder's vocabulary): it must be trained on, only padding skipped
+    ids = torch.tensor([0, 5, 0, 7, 2, 0, 9, 0, 4, 1, 0])  # 11 tokens: windows of 5, 5, 3
+    data = TextDataset(ids, context=4, pad_id=NO_PAD_ID)
+    batch = data.collate([0, 1, 2])
+    assert batch.pad_id == NO_PAD_ID and batch.to("cpu").pad_id == NO_PAD_ID
+    assert batch.target[2].tolist() == [4, 1, 0, NO_PAD_ID, NO_PAD_ID]
+    assert batch.target_input[2].tolist() == [4, 1, 0, 0]  # the model reads pads as id 0
+    assert batch.num_target_tokens == 4 + 4 + 2
+    logits = torch.randn(3, 4, 10)
+    loss_sum, count = sequence_loss(logits, batch.target_output, pad_id=batch.pad_id)
+    keep = batch.target_output != NO_PAD_ID
+    expected = F.cross_entropy(logits[keep], batch.target_output[keep], reduction="sum")
+    torch.testing.assert_close(loss_sum, expected)
+    assert count == 10
+    with pytest.raises(DataError, match="id 0, reserved for padding"):
+        TextDataset(ids, context=4)  # qkv's own tokenizers keep id 0 for padding
+
+
+def test_a_folder_tokenizer_is_saved_and_read_back_whole(tmp_path):
+    data = write_text(tmp_path / "my.txt", 40)
+    save_tokenizer(tmp_path, data.read_text(), bos=True)
+    tokenizer = FolderTokenizer(tmp_path / "tokenizer.json")
+    tokenizer.save(tmp_path / "saved.json")
+    again = load_tokenizer(tmp_path / "saved.json")
+    assert type(again) is FolderTokenizer and again.add_special_tokens
+    text = "And God saw the sea, and it was good!\n"
+    assert again.encode(text) == tokenizer.encode(text) and again.encode(text)[0] == 0
+    assert again.encode(text, add_special_tokens=False) == tokenizer.encode(text)[1:]
+    assert again.decode(tokenizer.encode(text)) == "<s>" + text
