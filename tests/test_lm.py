@@ -249,3 +249,81 @@ def test_a_language_model_saved_before_the_one_lm_config_loads(tmp_path):
     assert config["norm_eps"] == 1e-3 and "layer_norm_eps" not in config
     model = build_model("lm", config)
     assert model.blocks[0].self_attention_norm.eps == 1e-3
+
+
+def test_a_window_pattern_gives_short_windows_and_keeps_the_last_layer_full():
+    from qkv.models import window_layers_of
+
+    assert window_layers_of("SSSL", 8) == (0, 1, 2, 4, 5, 6)
+    assert window_layers_of("sl", 5) == (0, 2)  # the last layer (4) is always full
+    assert window_layers_of("S", 3) == (0, 1)
+    with pytest.raises(InputError, match="letters S"):
+        window_layers_of("SXL", 4)
+
+
+@pytest.mark.parametrize("arch", ["gpt", "llama", "nanochat"])
+def test_every_architecture_decodes_with_its_cache_as_without(arch):
+    """Cached decoding equals full forward passes for each builder, with a window on some
+    layers (rolling caches beside growing ones) and grouped KV heads."""
+    from qkv.models import architecture_config
+
+    torch.manual_seed(0)
+    config = architecture_config(
+        arch,
+        40,
+        d_model=32,
+        num_heads=4,
+        num_kv_heads=2,
+        num_layers=3,
+        max_len=64,
+        dropout=0.0,
+        window=4,
+        window_layers=(0, 2),
+    )
+    model = DecoderLM(config).eval()
+    prompt = torch.randint(0, 40, (2, 5))
+    cached = sample(model, prompt, max_new_tokens=10, temperature=0)
+    assert torch.equal(
+        cached, sample(model, prompt, max_new_tokens=10, temperature=0, use_cache=False)
+    )
+    ids = cached[:, :-1]
+    state = model.start(ids[:, :7])
+    steps = [model.step(ids[:, t], state).log_probs for t in range(7, ids.shape[1])]
+    full = F.log_softmax(model(ids).logits[:, 7:].float(), dim=-1)
+    torch.testing.assert_close(torch.stack(steps, dim=1), full, rtol=0, atol=1e-5)
+
+
+def test_soft_capped_logits_stay_inside_the_cap_and_keep_their_order():
+    from qkv.models import gpt
+
+    torch.manual_seed(0)
+    capped = gpt(30, d_model=16, num_heads=2, num_layers=1, max_len=16, logit_softcap=2.0).eval()
+    plain = gpt(30, d_model=16, num_heads=2, num_layers=1, max_len=16).eval()
+    plain.load_state_dict(capped.state_dict())
+    with torch.no_grad():
+        plain.output.weight.mul_(8)  # large logits, so the cap bites
+    capped.load_state_dict(plain.state_dict())
+    ids = torch.randint(0, 30, (1, 8))
+    with torch.no_grad():
+        raw, soft = plain(ids).logits, capped(ids).logits
+    assert soft.abs().max() <= 2.0 < raw.abs().max()
+    torch.testing.assert_close(soft, 2.0 * torch.tanh(raw / 2.0))
+    assert torch.equal(soft.argmax(-1), raw.argmax(-1))
+
+
+def test_the_llama_architecture_learns_a_short_text():
+    from qkv.models import llama
+
+    torch.manual_seed(0)
+    ids = torch.tensor([[i % 7 + 4 for i in range(60)]])
+    model = llama(
+        12, d_model=32, num_heads=4, num_kv_heads=2, num_layers=2, max_len=64, dropout=0.0
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    first = model.loss(ids).item()
+    for _ in range(60):
+        loss = model.loss(ids)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert first > 2.0 and loss.item() < 0.1

@@ -1,8 +1,9 @@
-"""Subcommands for language models: `qkv train lm` and `qkv generate`."""
+"""Subcommands for language models: `qkv train lm`, `qkv generate` and `qkv export`."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from ..tasks.lm import LMSetup
@@ -97,6 +98,23 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
     generate.add_argument("--device", default="cpu", help="cpu or cuda")
     generate.set_defaults(run=_generate)
 
+    export = add_command(
+        commands,
+        "export",
+        help="write a trained language model as a Hugging Face folder (transformers loads it)",
+        description="Write a run of `qkv train lm` as a folder that transformers' "
+        "AutoModelForCausalLM.from_pretrained loads with the same logits: the gpt architecture "
+        "as GPT-2, llama as Llama (Mistral with a window on every layer, Qwen2 with windows on "
+        "some), nanochat as NanoChat. config.json and model.safetensors are written, and "
+        "tokenizer.json for a byte-level BPE run. A component no transformers architecture has "
+        "(packed-document attention, a window in GPT-2's layout, ...) is refused by name.",
+        examples="qkv export --checkpoint runs/lm --to hf --out exported/lm",
+    )
+    export.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
+    export.add_argument("--to", choices=("hf",), default="hf", help="the format: hf (default)")
+    export.add_argument("--out", required=True, help="a new (or empty) folder to write")
+    export.set_defaults(run=_export)
+
 
 def _train_lm(args: argparse.Namespace) -> int:
     from ..tasks.lm import LM
@@ -131,4 +149,20 @@ def _generate(args: argparse.Namespace) -> int:
     for index, text in enumerate(texts):
         print(f"--- sample {index + 1}")
         print(prompt + text)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from ..pretrained.export import export_hf
+    from ..tasks.lm import load_lm
+
+    loaded = load_lm(args.checkpoint)
+    folder = export_hf(loaded.model, args.out, tokenizer=loaded.tokenizer)
+    family = json.loads((folder / "config.json").read_text(encoding="utf-8"))["model_type"]
+    print(f"wrote {folder} ({family}): transformers.AutoModelForCausalLM.from_pretrained loads it")
+    if not (folder / "tokenizer.json").is_file():
+        print(
+            f"the run's {loaded.tokenizer.kind} tokenizer has no tokenizer.json form: encode "
+            "text with qkv's tokenizer (qkv.tasks.lm.load_lm) and pass the ids to the model"
+        )
     return 0

@@ -13,6 +13,8 @@ from .cache import AttentionCache, KVCache, RollingKVCache, StaticKV
 from .cnn import RegionEncoder, ResidualBlock, SmallResNet
 from .feature_attention import FeatureAttentionOutput, SelfAttention2d
 from .feedforward import FeedForward
+from .gated_feedforward import GatedFeedForward
+from .lm_block import LMBlock
 from .multihead import MultiHeadAttention
 from .pooling import AttentionPooling, PoolingOutput
 from .position_registry import *  # noqa: F403  (re-exported whole: its __all__)
@@ -37,6 +39,8 @@ __all__ = [
     "EncoderBlock",
     "DecoderBlock",
     "EncoderBlockOutput",
+    "LMBlock",
+    "GatedFeedForward",
     "DecoderBlockOutput",
     "DecoderLayerState",
     "BidirectionalEncoder",

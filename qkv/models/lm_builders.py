@@ -82,13 +82,14 @@ def gated_width(d_model: int, multiple: int = 64) -> int:
 
 def architecture_config(name: str, vocab_size: int, **fields: Any) -> LMConfig:
     """The config of architecture ``name`` over ``vocab_size`` tokens, ``fields`` (sizes,
-    or any component) overriding its choices.  A gated feed-forward without ``d_ff`` gets
-    :func:`gated_width`."""
+    or any component) overriding its choices.  Without ``d_ff`` the feed-forward is as
+    large as GPT's 4 x d_model MLP: 4 x d_model, or :func:`gated_width` for a gated one."""
     if name not in ARCHITECTURES:
         raise InputError(f"architecture {name!r} is not one of {sorted(ARCHITECTURES)}")
     chosen = {**ARCHITECTURES[name], **fields}
-    if chosen["feed_forward"] == "gated" and "d_ff" not in fields:
-        chosen["d_ff"] = gated_width(chosen.get("d_model", LMConfig.d_model))
+    if "d_ff" not in fields:
+        d_model = chosen.get("d_model", LMConfig.d_model)
+        chosen["d_ff"] = gated_width(d_model) if chosen["feed_forward"] == "gated" else 4 * d_model
     return LMConfig(vocab_size, **chosen)
 
 

@@ -17,8 +17,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from qkv.errors import CheckpointError, MissingFileError
 from qkv.layers.saved_formats import stack_legacy_projections
 from qkv.models.bert import BertConfig, BertModel
+
+from .files import check_tokenizer, load_checked, read_config, read_safetensors
 
 __all__ = ["load_bert", "bert_config_from_hf", "BertTokenizer", "BertInputs"]
 
@@ -62,24 +65,25 @@ _IGNORED = re.compile(r"^(embeddings\.position_ids|cls\..*|lm_head\..*|classifie
 def bert_config_from_hf(hf_config: dict[str, Any], *, pooler: bool = True) -> BertConfig:
     """Translate a Hugging Face ``config.json`` (as a dict) into a :class:`BertConfig`.
 
-    Raises ValueError if the config does not describe a BERT encoder qkv can rebuild."""
+    Raises CheckpointError (a ValueError) if the config does not describe a BERT encoder
+    qkv can rebuild."""
     model_type = hf_config.get("model_type")
     if model_type != "bert":
-        raise ValueError(
+        raise CheckpointError(
             f"config.json has model_type={model_type!r}; load_bert reads BERT checkpoints "
             "(model_type 'bert', e.g. bert-base-uncased, all-MiniLM-L6-v2)"
         )
     missing = [key for key in _REQUIRED_KEYS if key not in hf_config]
     if missing:
-        raise ValueError(f"config.json lacks the BERT fields {missing}")
+        raise CheckpointError(f"config.json lacks the BERT fields {missing}")
     position_kind = hf_config.get("position_embedding_type", "absolute")
     if position_kind != "absolute":
-        raise ValueError(
+        raise CheckpointError(
             f"position_embedding_type={position_kind!r} is not supported; only 'absolute'"
         )
     activation = hf_config.get("hidden_act", "gelu")
     if activation not in _ACTIVATIONS:
-        raise ValueError(f"hidden_act={activation!r} is not one of {sorted(_ACTIVATIONS)}")
+        raise CheckpointError(f"hidden_act={activation!r} is not one of {sorted(_ACTIVATIONS)}")
     return BertConfig(
         vocab_size=hf_config["vocab_size"],
         d_model=hf_config["hidden_size"],
@@ -110,15 +114,15 @@ def _qkv_name(name: str) -> str | None:
 
 
 def _read_weights(folder: Path) -> dict[str, Tensor]:
-    safetensors_file = folder / "model.safetensors"
-    if safetensors_file.is_file():
-        from safetensors.torch import load_file
-
-        return load_file(str(safetensors_file))
+    if (folder / "model.safetensors").is_file():
+        return read_safetensors(folder)  # a corrupt file: one CheckpointError
     torch_file = folder / "pytorch_model.bin"
     if torch_file.is_file():
-        return torch.load(torch_file, map_location="cpu", weights_only=True)
-    raise FileNotFoundError(
+        try:
+            return torch.load(torch_file, map_location="cpu", weights_only=True)
+        except Exception as error:  # pickle and zip errors of a damaged file
+            raise CheckpointError(f"{torch_file} is corrupt ({error})") from None
+    raise MissingFileError(
         f"{folder} has no model.safetensors (or pytorch_model.bin); found {_listing(folder)}"
     )
 
@@ -153,7 +157,7 @@ def _map_weights(weights: dict[str, Tensor], model: BertModel) -> dict[str, Tens
     if wrong_shape:
         problems.append(f"shapes differ from config.json: {_some(wrong_shape)}")
     if problems:
-        raise ValueError("the checkpoint does not match its config: " + "; ".join(problems))
+        raise CheckpointError("the checkpoint does not match its config: " + "; ".join(problems))
     return mapped
 
 
@@ -163,7 +167,8 @@ def load_bert(path: str | Path) -> tuple[BertModel, BertTokenizer]:
 
     The folder needs ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin``) and
     ``tokenizer.json`` or ``vocab.txt``.  Raises FileNotFoundError for a missing folder or
-    file, ValueError for a config that is not BERT or weights that do not fit it.
+    file (MissingFileError), CheckpointError (a ValueError) for a config that is not BERT,
+    weights that do not fit it, or weights that hold NaN or infinite values.
 
     >>> model, tokenizer = load_bert(folder)            # doctest: +SKIP
     >>> inputs = tokenizer(["a sentence", "another one"])
@@ -171,19 +176,21 @@ def load_bert(path: str | Path) -> tuple[BertModel, BertTokenizer]:
     """
     folder = Path(path)
     if not folder.is_dir():
-        raise FileNotFoundError(f"no BERT folder at {folder}: it does not exist or is not a folder")
+        raise MissingFileError(f"no BERT folder at {folder}: it does not exist or is not a folder")
     config_file = folder / "config.json"
     if not config_file.is_file():
-        raise FileNotFoundError(f"{folder} has no config.json; found {_listing(folder)}")
-    hf_config = json.loads(config_file.read_text(encoding="utf-8"))
+        raise MissingFileError(f"{folder} has no config.json; found {_listing(folder)}")
+    hf_config = read_config(folder)
     config = bert_config_from_hf(hf_config)  # rejects a non-BERT folder before any reading
     weights = _read_weights(folder)
     if not any(_qkv_name(name) == "pooler.weight" for name in weights):
         config = dataclasses.replace(config, pooler=False)
     model = BertModel(config)
-    model.load_state_dict(_map_weights(weights, model))
+    load_checked(model, _map_weights(weights, model), folder)
     model.eval()
-    return model, BertTokenizer.from_folder(folder, max_len=config.max_len)
+    tokenizer = BertTokenizer.from_folder(folder, max_len=config.max_len)
+    check_tokenizer(tokenizer, config.vocab_size, folder)
+    return model, tokenizer
 
 
 @dataclass

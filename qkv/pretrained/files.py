@@ -1,5 +1,7 @@
 """Reading the files of a Hugging Face model folder: config.json, (sharded) safetensors, tokenizer.json;
-the end of every language model's renaming (:func:`finish_lm_state_dict`)."""
+the end of every language model's renaming (:func:`finish_lm_state_dict`), and the one check
+every loader passes its weights and tokenizer through (:func:`load_checked`,
+:func:`check_tokenizer`)."""
 
 from __future__ import annotations
 
@@ -7,12 +9,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-from torch import Tensor
+import torch
+from torch import Tensor, nn
 
 from qkv.data.tokenizers import register_tokenizer, write_tokenizer_file
 from qkv.errors import CheckpointError, MissingFileError
 
-__all__ = ["read_config", "read_safetensors", "finish_lm_state_dict", "FolderTokenizer"]
+__all__ = [
+    "read_config",
+    "read_safetensors",
+    "finish_lm_state_dict",
+    "load_checked",
+    "check_tokenizer",
+    "FolderTokenizer",
+]
 
 _INDEX = "model.safetensors.index.json"
 
@@ -88,6 +98,56 @@ def read_safetensors(folder: Path) -> dict[str, Tensor]:
         except Exception as error:  # safetensors raises its own types for corrupt files
             raise CheckpointError(f"{path} is corrupt ({error})") from None
     return tensors
+
+
+def load_checked(model: nn.Module, state: dict[str, Tensor], folder: Path) -> nn.Module:
+    """Load ``state`` (already in ``model``'s names) into ``model`` once it passes the checks
+    every pretrained loader shares: every name the model has and no other, each tensor the
+    shape config.json implies, floating-point, and finite -- a folder whose weights hold NaN
+    or inf would otherwise give text or attention that looks like a result.  One
+    CheckpointError names the first problems; the model is untouched until all pass."""
+    expected = model.state_dict()
+    problems = []
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing:
+        problems.append(f"missing: {missing[:3]}")
+    if unexpected:
+        problems.append(f"not in the model: {unexpected[:3]}")
+    wrong = [
+        f"{name}: {tuple(tensor.shape)} in the file, {tuple(expected[name].shape)} in config.json"
+        for name, tensor in state.items()
+        if name in expected and tensor.shape != expected[name].shape
+    ]
+    if wrong:
+        problems.append(f"shapes that do not match config.json: {wrong[:3]}")
+    not_float = sorted(name for name, tensor in state.items() if not tensor.is_floating_point())
+    if not_float:
+        problems.append(f"tensors that are not floating-point: {not_float[:3]}")
+    if problems:
+        raise CheckpointError(
+            f"the weights of {folder} do not fit its config: " + "; ".join(problems)
+        )
+    broken = [name for name, tensor in state.items() if not bool(torch.isfinite(tensor).all())]
+    if broken:
+        raise CheckpointError(
+            f"the weights of {folder} hold NaN or infinite values (in {len(broken)} tensors, "
+            f"e.g. {broken[:3]}): the folder is damaged; download or export it again"
+        )
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+def check_tokenizer(tokenizer: Any, vocab_size: int, folder: Path) -> None:
+    """CheckpointError when the folder's tokenizer makes ids the model has no embedding for
+    (a tokenizer.json of another model); a smaller tokenizer is fine (padded vocabularies)."""
+    size = getattr(tokenizer, "vocab_size", None)
+    if isinstance(size, int) and size > vocab_size:
+        raise CheckpointError(
+            f"the tokenizer of {folder} has {size} tokens, but its model has only {vocab_size} "
+            "(config.json's vocab_size): ids past that would index no embedding; the "
+            "tokenizer file belongs to another model"
+        )
 
 
 class FolderTokenizer:

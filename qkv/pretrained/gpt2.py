@@ -23,7 +23,14 @@ from qkv.models.lm import DecoderLM
 from qkv.models.lm_builders import architecture_config
 from qkv.models.lm_config import LMConfig
 
-from .files import FolderTokenizer, finish_lm_state_dict, read_config, read_safetensors
+from .files import (
+    FolderTokenizer,
+    check_tokenizer,
+    finish_lm_state_dict,
+    load_checked,
+    read_config,
+    read_safetensors,
+)
 
 __all__ = ["load_gpt2", "gpt2_config_from_hf", "GPT2Tokenizer", "PretrainedLM"]
 
@@ -131,10 +138,10 @@ def load_gpt2(path: str | Path, *, device: str | torch.device = "cpu") -> Pretra
     hf = read_config(folder)
     config = gpt2_config_from_hf(hf)
     stored = read_safetensors(folder)  # model.safetensors, or shards and their index
-    model = DecoderLM(config)
-    model.load_state_dict(_qkv_state_dict(stored, config), strict=True)
+    model = load_checked(DecoderLM(config), _qkv_state_dict(stored, config), folder)
     tokenizer_file = folder / "tokenizer.json"
     tokenizer = GPT2Tokenizer(tokenizer_file) if tokenizer_file.is_file() else None
+    check_tokenizer(tokenizer, config.vocab_size, folder)
     return PretrainedLM(model.to(device).eval(), tokenizer, eos_ids=eos_ids(hf))
 
 

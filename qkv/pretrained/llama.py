@@ -24,7 +24,14 @@ from qkv.models.lm import DecoderLM
 from qkv.models.lm_builders import architecture_config
 from qkv.models.lm_config import LMConfig
 
-from .files import FolderTokenizer, finish_lm_state_dict, read_config, read_safetensors
+from .files import (
+    FolderTokenizer,
+    check_tokenizer,
+    finish_lm_state_dict,
+    load_checked,
+    read_config,
+    read_safetensors,
+)
 from .gpt2 import PretrainedLM, eos_ids
 
 __all__ = ["load_llama", "llama_config_from_hf", "LLAMA_FAMILIES"]
@@ -159,17 +166,10 @@ def load_llama(path: str | Path, *, device: str | torch.device = "cpu") -> Pretr
     model = DecoderLM(config)
     dtype = model.token_embedding.weight.dtype
     state = {name: tensor.to(dtype) for name, tensor in _qkv_state_dict(stored, config).items()}
-    expected = model.state_dict()
-    wrong = [
-        f"{name}: {tuple(tensor.shape)} in the file, {tuple(expected[name].shape)} in config.json"
-        for name, tensor in state.items()
-        if name in expected and tensor.shape != expected[name].shape
-    ]
-    if wrong:
-        raise CheckpointError(f"the weights do not match config.json: {wrong[:3]}")
-    model.load_state_dict(state, strict=True)
+    load_checked(model, state, folder)
     tokenizer_file = folder / "tokenizer.json"
     tokenizer = FolderTokenizer(tokenizer_file) if tokenizer_file.is_file() else None
+    check_tokenizer(tokenizer, config.vocab_size, folder)
     family = hf["model_type"]
     return PretrainedLM(model.to(device).eval(), tokenizer, family=family, eos_ids=eos_ids(hf))
 

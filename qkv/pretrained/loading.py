@@ -6,7 +6,9 @@
 
 The folder must hold its weights and its tokenizer (``tokenizer.json``; BERT also reads
 ``vocab.txt``); an unsupported model_type, absent weights or an absent tokenizer is one
-:class:`~qkv.errors.QkvError` naming what is supported.
+:class:`~qkv.errors.QkvError` naming what is supported.  Every family's weights then pass
+one check (:func:`qkv.pretrained.files.load_checked`: names, shapes, dtypes, finite values)
+and its tokenizer another (:func:`~qkv.pretrained.files.check_tokenizer`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from qkv.errors import CheckpointError, MissingFileError, QkvError
+from qkv.errors import CheckpointError, MissingFileError
 
 from .bert import load_bert
 from .files import read_config
@@ -39,12 +41,7 @@ class PretrainedEncoder:
 
 
 def _bert(folder: Path, device: str | torch.device) -> PretrainedEncoder:
-    try:
-        model, tokenizer = load_bert(folder)
-    except QkvError:
-        raise
-    except (ValueError, FileNotFoundError) as error:  # load_bert's own plain errors
-        raise CheckpointError(str(error)) from None
+    model, tokenizer = load_bert(folder)
     return PretrainedEncoder(model.to(device), tokenizer)
 
 

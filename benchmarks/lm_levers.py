@@ -1,0 +1,205 @@
+"""Which parts of a modern small LM pay off on a CPU at a fixed wall clock: `qkv train lm`'s
+architectures and options against nanoGPT's CPU recipe stretched to the same minutes.
+
+    python -m benchmarks.lm_levers                       # speeds, then every candidate x 3 seeds
+    python -m benchmarks.lm_levers --speed               # step-time ratios only (one process)
+    python -m benchmarks.lm_levers --only llama --seeds 0 --steps 6774   # one run
+
+How a 6-minute race is run without needing 6 quiet minutes per run: a run's score depends on
+its number of updates, not on how long the machine took to make them.  So the race has two
+parts, each measured where it is exact:
+
+1. **Speed.**  Each candidate's training step (``qkv train lm``'s model and AdamW on batches
+   of kjv windows) and nanoGPT's plain loop step are timed taking turns in one process
+   (``benchmarks.common.interleaved``), one thread: a load that comes and goes hits all of
+   them alike.  A candidate's updates in M minutes = M x 60 / its step time x the share of a
+   run its steps take (``--step-share``, 0.97 for `qkv train lm`, measured by
+   ``benchmarks.lm_end_to_end``; 1.0 for the plain loop, which does nothing else).
+2. **Learning.**  Each candidate trains for exactly that many updates (``--max-steps``: its
+   cosine schedule spans them, as ``--max-minutes`` would fit it) with each seed, and the
+   plain loop runs nanoGPT's recipe with ``max_iters`` set to its own count (the recipe
+   "stretched to fill the minutes").  Every final model is scored by
+   ``benchmarks.plain_lm_loop.score`` on all of kjv's validation text (nats per character).
+
+Prints the speed table and the score table (mean and spread over seeds); ``--json`` writes
+the numbers.  The candidates differ from the default `qkv train lm --size small` by the flags
+in ``CANDIDATES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.common import interleaved, machine, table
+from benchmarks.plain_lm_loop import NanoRecipe, score, train_plain
+from qkv.data.text import load_text
+from qkv.data.text_tokenizers import train_text_tokenizer
+from qkv.models import DecoderLM
+from qkv.tasks.lm import LMSetup, encode_text, lm_config, load_lm
+from qkv.training import read_pointer
+
+#: candidate -> flags over `qkv train lm --data kjv --size small` (the first: the default).
+CANDIDATES: dict[str, list[str]] = {
+    "gpt (the default)": [],
+    "gpt + RoPE": ["--positions", "rope"],
+    "llama (RMSNorm, SwiGLU, RoPE, untied)": ["--arch", "llama"],
+    "nanochat (RoPE, QK-norm, ReLU², untied, soft-cap)": ["--arch", "nanochat"],
+}
+PEER = "nanoGPT's CPU recipe, stretched"
+
+
+def _setup_of(flags: list[str]) -> LMSetup:
+    """The LMSetup a candidate's flags describe (for timing its step in this process)."""
+    fields = {}
+    for name, value in zip(flags[::2], flags[1::2], strict=True):
+        fields[name.removeprefix("--").replace("-", "_")] = value
+    return LMSetup(data="kjv", size="small", **fields)
+
+
+def step_times(train_ids: torch.Tensor, vocab_size: int, rounds: int) -> dict[str, float]:
+    """Seconds per training step of every candidate and of the plain loop, interleaved."""
+    from benchmarks.lm import PlainGPT
+
+    recipe = NanoRecipe()
+    generator = torch.Generator().manual_seed(0)
+    offsets = torch.arange(recipe.context + 1)
+
+    def batch() -> torch.Tensor:
+        starts = torch.randint(len(train_ids) - recipe.context, (12,), generator=generator)
+        return train_ids[starts[:, None] + offsets]
+
+    def stepper(model: torch.nn.Module, logits_of) -> callable:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.99))
+        model.train()
+
+        def run() -> None:
+            for _ in range(20):  # a turn: 20 steps
+                windows = batch()
+                logits = logits_of(windows[:, :-1])
+                loss = F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten())
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+
+        return run
+
+    runs = {}
+    for name, flags in CANDIDATES.items():
+        model = DecoderLM(lm_config(_setup_of(flags), vocab_size))
+        runs[name] = stepper(model, lambda ids, model=model: model(ids).logits)
+    plain = PlainGPT(vocab_size, recipe.d_model, recipe.num_heads, recipe.num_layers, 64)
+    runs[PEER] = stepper(plain, plain)
+    return {name: seconds / 20 for name, seconds in interleaved(runs, rounds=rounds).items()}
+
+
+def train_candidate(flags: list[str], steps: int, seed: int, out: Path) -> float:
+    """`qkv train lm` for exactly ``steps`` updates; the final model's score on kjv valid."""
+    command = [sys.executable, "-m", "qkv.cli.main", "train", "lm", "--data", "kjv"]
+    command += ["--size", "small", "--out", str(out), "--max-steps", str(steps)]
+    command += ["--threads", "1", "--seed", str(seed), *flags]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1:])
+    lm = load_lm(out / read_pointer(out))
+    ids = encode_text(lm.tokenizer, load_text("kjv").valid)
+    model = lm.model.eval()
+    return score(lambda batch: model(batch).logits, ids)
+
+
+def train_peer(
+    train_ids: torch.Tensor, valid_ids: torch.Tensor, vocab: int, iterations: int, seed: int
+) -> float:
+    recipe = replace(NanoRecipe(), iterations=iterations)
+    model, _ = train_plain(train_ids, vocab, minutes=10**6, marks=[], recipe=recipe, seed=seed)
+    model.eval()
+    return score(model, valid_ids)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=6.0, help="the race's wall clock")
+    parser.add_argument("--speed", action="store_true", help="the step-time table only")
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds")
+    parser.add_argument("--step-share", type=float, default=0.97)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--only", action="append", choices=[*CANDIDATES, PEER])
+    parser.add_argument("--steps", type=int, help="updates for --only (default: from speeds)")
+    parser.add_argument("--speeds", type=Path, help="a --json of an earlier --speed run")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    corpus = load_text("kjv")
+    tokenizer = train_text_tokenizer("char", corpus.train)
+    train_ids = encode_text(tokenizer, corpus.train)
+    valid_ids = encode_text(tokenizer, corpus.valid)
+    print(machine())
+    results: dict = {"machine": machine(), "minutes": args.minutes}
+    if args.speeds is not None:
+        seconds = json.loads(args.speeds.read_text())["step_seconds"]
+    elif args.steps is None:
+        seconds = step_times(train_ids, tokenizer.vocab_size, args.rounds)
+    else:
+        seconds = {}
+    if seconds:
+        base = seconds[next(iter(CANDIDATES))]
+        rows = []
+        for name, value in seconds.items():
+            share = 1.0 if name == PEER else args.step_share
+            updates = int(args.minutes * 60 / value * share)
+            rows.append([name, value * 1e3, base / value, updates])
+        print(
+            table(
+                ["candidate", "ms / step", "speed vs default", f"updates in {args.minutes:g} min"],
+                rows,
+            )
+        )
+        results["step_seconds"] = seconds
+        results["updates"] = {row[0]: row[3] for row in rows}
+    if args.speed:
+        _write(args.json, results)
+        return
+    scores: dict[str, list[float]] = {}
+    for name in args.only or [*CANDIDATES, PEER]:
+        updates = args.steps or results["updates"][name]
+        for seed in args.seeds:
+            started = time.perf_counter()
+            if name == PEER:
+                value = train_peer(train_ids, valid_ids, tokenizer.vocab_size, updates, seed)
+            else:
+                with tempfile.TemporaryDirectory() as folder:
+                    value = train_candidate(CANDIDATES[name], updates, seed, Path(folder) / "run")
+            scores.setdefault(name, []).append(value)
+            print(
+                f"{name}, seed {seed}, {updates} updates: {value:.4f} ({time.perf_counter() - started:.0f} s)",
+                flush=True,
+            )
+    rows = []
+    peer = statistics.mean(scores[PEER]) if PEER in scores else None
+    for name, values in scores.items():
+        mean = statistics.mean(values)
+        lead = "" if peer is None or name == PEER else f"{100 * (peer - mean) / peer:+.1f} %"
+        rows.append([name, mean, min(values), max(values), lead])
+    print(table(["candidate", "valid nats/char (mean)", "min", "max", "lead over the peer"], rows))
+    results["scores"] = scores
+    _write(args.json, results)
+
+
+def _write(path: Path | None, results: dict) -> None:
+    if path is not None:
+        path.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
