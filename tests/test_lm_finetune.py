@@ -158,6 +158,18 @@ def test_a_folder_fine_tunes_below_its_own_loss_and_the_run_generates(tmp_path, 
     assert main([*generate, "--max-new-tokens", "12"]) == 0
     assert capsys.readouterr().out.startswith("And God")
 
+    # and back to transformers: the fine-tuned model and the folder's tokenizer
+    exported = tmp_path / "exported"
+    assert main(["export", "--checkpoint", str(run), "--to", "hf", "--out", str(exported)]) == 0
+    reference = transformers.AutoModelForCausalLM.from_pretrained(exported).eval()
+    with torch.no_grad():
+        expected = reference(valid[None, :CONTEXT]).logits
+    torch.testing.assert_close(
+        tuned.model(valid[None, :CONTEXT]).logits, expected, rtol=0, atol=1e-4
+    )
+    text = "And God saw the sea"
+    assert FolderTokenizer(exported / "tokenizer.json").encode(text) == start.tokenizer.encode(text)
+
 
 def test_the_default_context_is_the_folders_positions_at_most_256(tmp_path, capsys):
     data = write_text(tmp_path / "my.txt")
