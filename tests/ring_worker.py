@@ -150,21 +150,15 @@ def dying_worker(rank: int, world: int, port: int, out: str) -> None:
     os._exit(0)  # the group is broken: leave without the teardown barrier
 
 
-#: name -> per rank (length of its part, heads, causal, block_size, dtype): what each rank
-#: passes to ring_attention in a call that must be refused on every rank.
+#: name -> per rank (length of its part, heads, causal, block_size, dimensions): what each
+#: rank passes to ring_attention in a call that must be refused on every rank.
 MISTAKES = {
-    "unequal lengths": [(6, 2, False, 1024, torch.float32), (5, 2, False, 1024, torch.float32)],
-    "unequal causal lengths": [
-        (6, 2, True, 1024, torch.float32),
-        (4, 2, True, 1024, torch.float32),
-    ],
-    "heads differ": [(4, 2, False, 1024, torch.float32), (4, 4, False, 1024, torch.float32)],
-    "causal on one rank": [(4, 2, True, 1024, torch.float32), (4, 2, False, 1024, torch.float32)],
-    "block sizes differ": [(4, 2, False, 2, torch.float32), (4, 2, False, 4, torch.float32)],
-    "integer ids on one rank": [
-        (4, 2, False, 1024, torch.float32),
-        (4, 2, False, 1024, torch.long),
-    ],
+    "unequal lengths": [(6, 2, False, 1024, 4), (5, 2, False, 1024, 4)],
+    "unequal causal lengths": [(6, 2, True, 1024, 4), (4, 2, True, 1024, 4)],
+    "heads differ": [(4, 2, False, 1024, 4), (4, 4, False, 1024, 4)],
+    "causal on one rank": [(4, 2, True, 1024, 4), (4, 2, False, 1024, 4)],
+    "block sizes differ": [(4, 2, False, 2, 4), (4, 2, False, 4, 4)],
+    "a 3-D tensor on one rank": [(4, 2, False, 1024, 4), (4, 2, False, 1024, 3)],
 }
 
 
@@ -174,8 +168,9 @@ def mistake_worker(rank: int, world: int, port: int, out: str) -> None:
     _join(rank, world, port, timeout_s=20)
     seen = {}
     for name, per_rank in MISTAKES.items():
-        length, heads, causal, block, dtype = per_rank[rank]
-        q = torch.ones(1, heads, length, 8, dtype=dtype)
+        length, heads, causal, block, dims = per_rank[rank]
+        q = torch.ones(1, heads, length, 8)
+        q = q[0] if dims == 3 else q
         try:
             ring_attention(q, q, q, causal=causal, block_size=block)
             seen[name] = "no error"
