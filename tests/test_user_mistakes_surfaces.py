@@ -103,7 +103,8 @@ def _command(text: str) -> str:
 
 
 def _poison(weights_file: Path, *, every: bool = False, part: str = "") -> None:
-    """Fill the tensors of a safetensors file whose name holds ``part`` with NaN."""
+    """Fill the float tensors of a safetensors file whose name holds ``part`` (or, with
+    ``every``, all of them) with NaN."""
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
@@ -111,7 +112,7 @@ def _poison(weights_file: Path, *, every: bool = False, part: str = "") -> None:
         metadata = handle.metadata()
     tensors = load_file(str(weights_file))
     for name, tensor in tensors.items():
-        if every or part in name:
+        if (every or part in name) and tensor.is_floating_point():  # not BatchNorm's count
             tensor.fill_(float("nan"))
     save_file(tensors, str(weights_file), metadata=metadata)
 
@@ -132,11 +133,22 @@ def runs(tmp_path_factory) -> tuple[dict, Path]:
         (root / f"{split}.tsv").write_text(pairs)
     data = ["--data", str(root / "{split}.tsv"), "--tokenizer", "char", "--max-tokens", "64"]
     assert main(["train", "translation", *data, "--out", str(root / "tr"), *quick]) == 0
-    for name in ("lm", "tr"):
+    images = ["--image-size", "32", "--feature-dim", "8", "--train-size", "8", "--valid-size"]
+    images += ["4", "--max-tokens", "64"]
+    classifier = ["train", "classifier", "--data", "shapes", *images, "--out", str(root / "cls")]
+    assert main([*classifier, *quick]) == 0
+    captioner = ["train", "captioning", "--data", "shapes", *images, "--grid", "4"]
+    captioner += ["--embedding-dim", "16", "--hidden-dim", "32", "--attention-dim", "16"]
+    assert main([*captioner, "--min-count", "1", "--out", str(root / "cap"), *quick]) == 0
+    from PIL import Image
+
+    Image.new("RGB", (32, 32), "white").save(root / "scene.png")
+    for name in ("lm", "tr", "cls", "cap"):
         shutil.copytree(root / name, root / f"{name}-nan")
         for weights in (root / f"{name}-nan").rglob("model.safetensors"):
             _poison(weights, every=True)
-    paths = {name: root / name for name in ("lm", "win", "tr", "lm-nan", "tr-nan")}
+    names = ("lm", "win", "tr", "lm-nan", "tr-nan", "cls-nan", "cap-nan")
+    paths = {name: root / name for name in names} | {"scene": root / "scene.png"}
     return paths | {"text": text, "root": root}, root
 
 
@@ -205,6 +217,10 @@ def folders(tmp_path_factory) -> tuple[dict, Path]:
     tensors = load_file(str(small / "model.safetensors"))
     tensors = {k: t[:100] if t.shape[0] == 300 else t for k, t in tensors.items()}
     save_file(tensors, str(small / "model.safetensors"), metadata={"format": "pt"})
+    missing = bert("bert-missing-tensor")
+    tensors = load_file(str(missing / "model.safetensors"))
+    del tensors[next(name for name in tensors if name.endswith("attention.self.key.bias"))]
+    save_file(tensors, str(missing / "model.safetensors"), metadata={"format": "pt"})
     bert("bert-big-tokenizer", words=70)  # vocab.txt of 70 words, 32 embeddings
     (gpt2("gpt2-bad-json") / "config.json").write_text("{not json")
     (gpt2("gpt2-no-tokenizer") / "tokenizer.json").unlink()
@@ -277,6 +293,12 @@ FOLDERS = [
         "bert tokenizer bigger than the vocabulary",
         _command("explore --pretrained {bert-big-tokenizer} w50~w60~the --out {out}.html"),
         "vocab",
+        pending=True,
+    ),
+    Mistake(
+        "bert missing a tensor",
+        _command(EXPLORE.format("bert-missing-tensor")),
+        "key.bias",
         pending=True,
     ),
     Mistake("config not JSON", _command(GEN.format("gpt2-bad-json")), "not valid JSON"),
@@ -383,6 +405,21 @@ GENERATION = [
         "nan run: attention heatmap",
         _command("attention --checkpoint {lm-nan} line --out {out}.png"),
         "{lm-nan}: the model's attention weights on this text hold NaN",
+    ),
+    Mistake(
+        "nan captioner",
+        _command("caption --checkpoint {cap-nan} {scene}"),
+        "{cap-nan}: " + NAN_SCORES,
+    ),
+    Mistake(
+        "nan classifier",
+        _command("classify --checkpoint {cls-nan} --limit 3"),
+        "{cls-nan}: the model's scores for the classes are NaN",
+    ),
+    Mistake(
+        "nan classifier: evaluate its accuracy",
+        _command("evaluate --checkpoint {cls-nan} --limit 3"),
+        "{cls-nan}: the model's scores for the classes are NaN",
     ),
     Mistake(
         "last prompt id past the vocabulary",
