@@ -159,7 +159,7 @@ def _check_in_vocabulary(prompt_ids: Tensor, eos_ids: Sequence[int], vocab_size:
         if low < 0 or high >= vocab_size:
             raise InputError(
                 f"prompt_ids holds ids outside the model's vocabulary 0..{vocab_size - 1} "
-                f"(min {low}, max {high}); the tokenizer and the model do not belong together"
+                f"(min {low}, max {high}); were they made by another model's tokenizer?"
             )
     outside = [i for i in eos_ids if not 0 <= i < vocab_size]
     if outside:
