@@ -17,6 +17,7 @@ __all__ = [
     "CheckpointError",
     "RunError",
     "DivergedError",
+    "NotFiniteError",
 ]
 
 
@@ -54,3 +55,10 @@ class RunError(QkvError):
 class DivergedError(RunError, FloatingPointError):
     """The training loss stopped being a finite number (too high a learning rate, no
     gradient clipping); also a ``FloatingPointError``, what it was before it was a QkvError."""
+
+
+class NotFiniteError(QkvError, FloatingPointError):
+    """A model gave scores that are not numbers (NaN or inf) where a result would be picked
+    from them -- its weights hold NaN or inf, or its numbers overflow.  Raised instead of a
+    result that only looks like one; the ``qkv`` command adds the checkpoint or folder the
+    model came from.  Also a ``FloatingPointError``."""

@@ -150,6 +150,38 @@ def dying_worker(rank: int, world: int, port: int, out: str) -> None:
     os._exit(0)  # the group is broken: leave without the teardown barrier
 
 
+#: name -> per rank (length of its part, heads, causal, block_size, dimensions): what each
+#: rank passes to ring_attention in a call that must be refused on every rank.
+MISTAKES = {
+    "unequal lengths": [(6, 2, False, 1024, 4), (5, 2, False, 1024, 4)],
+    "unequal causal lengths": [(6, 2, True, 1024, 4), (4, 2, True, 1024, 4)],
+    "heads differ": [(4, 2, False, 1024, 4), (4, 4, False, 1024, 4)],
+    "causal on one rank": [(4, 2, True, 1024, 4), (4, 2, False, 1024, 4)],
+    "block sizes differ": [(4, 2, False, 2, 4), (4, 2, False, 4, 4)],
+    "a 3-D tensor on one rank": [(4, 2, False, 1024, 4), (4, 2, False, 1024, 3)],
+}
+
+
+def mistake_worker(rank: int, world: int, port: int, out: str) -> None:
+    """Every case of ``MISTAKES``, then a correct call (the group must still work); writes
+    per rank {case: "ErrorType: message"} and the correct call's largest output."""
+    _join(rank, world, port, timeout_s=20)
+    seen = {}
+    for name, per_rank in MISTAKES.items():
+        length, heads, causal, block, dims = per_rank[rank]
+        q = torch.ones(1, heads, length, 8)
+        q = q[0] if dims == 3 else q
+        try:
+            ring_attention(q, q, q, causal=causal, block_size=block)
+            seen[name] = "no error"
+        except Exception as error:  # what the user would see, on each rank
+            seen[name] = f"{type(error).__name__}: {error}"
+    q = torch.randn(1, 2, 4, 8, generator=torch.Generator().manual_seed(rank))
+    seen["after"] = float(ring_attention(q, q, q, causal=True).abs().max())
+    Path(out, f"rank{rank}.json").write_text(json.dumps(seen))
+    dist.destroy_process_group()
+
+
 # -- training under context parallelism -------------------------------------------------------
 
 TEXT = "".join(

@@ -13,7 +13,7 @@ import qkv
 from qkv.data import BOS_ID, EOS_ID, CharTokenizer
 from qkv.data.captions import WordVocab
 from qkv.decoding import beam_search, greedy_search
-from qkv.errors import InputError
+from qkv.errors import InputError, NotFiniteError
 from qkv.explore import (
     WEIGHT_SCALE,
     PageServer,
@@ -137,7 +137,7 @@ def test_quantize_rounds_to_the_stated_scale_and_refuses_nan():
         [0, WEIGHT_SCALE],
     ]
     assert quantize(torch.tensor([[1.0, 0.0]])) == [[WEIGHT_SCALE, 0]]
-    with pytest.raises(InputError, match="NaN"):
+    with pytest.raises(NotFiniteError, match="NaN"):
         quantize(torch.tensor([[float("nan"), 1.0]]))
 
 

@@ -16,6 +16,7 @@ from .options import given_train_values, setup_from
 __all__ = [
     "add_command",
     "add_checkpoint_options",
+    "add_device_option",
     "train_from_args",
     "train_task_from_args",
     "report_run",
@@ -39,7 +40,17 @@ def add_command(
 def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
     """``--checkpoint`` (required) and ``--device``: what every command reading a run takes."""
     parser.add_argument("--checkpoint", required=True, help="a run folder or a step folder")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    add_device_option(parser)
+
+
+def add_device_option(parser: argparse.ArgumentParser) -> None:
+    """``--device`` of a command that loads a model: the name as given; ``qkv.cli.main``
+    reads it once for every command (:func:`~qkv.training.devices.parse_device`) and hands
+    the command a ``torch.device`` (``loads_on_device``)."""
+    parser.add_argument(
+        "--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto (default: cpu)"
+    )
+    parser.set_defaults(loads_on_device=True)
 
 
 def train_from_args(train: Callable[..., TrainResult], setup: Any, args: argparse.Namespace):

@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .commands import add_device_option
 from .options import call_with_options
 
 EXAMPLE = (
@@ -67,7 +68,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     explore.add_argument("--max-len", type=int, help="the most tokens to generate per input")
     add_sampling_options(explore)
-    explore.add_argument("--device", default="cpu", help="cpu or cuda")
+    add_device_option(explore)
     explore.add_argument(
         "--serve",
         action="store_true",

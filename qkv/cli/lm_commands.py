@@ -9,7 +9,7 @@ import sys
 from ..tasks.lm import LMSetup
 from ..tasks.lm_start import FINETUNE_CONTEXT, START_FIELDS
 from ..tasks.presets import LM_FINETUNE, PRESETS, sizes_of
-from .commands import add_command, report_run, train_task_from_args
+from .commands import add_command, add_device_option, report_run, train_task_from_args
 from .options import add_task_options, call_with_options
 
 #: LMSetup field -> help of its option.
@@ -95,7 +95,7 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
         action="store_false",
         help="recompute every position at each step",
     )
-    generate.add_argument("--device", default="cpu", help="cpu or cuda")
+    add_device_option(generate)
     generate.set_defaults(run=_generate)
 
     export = add_command(

@@ -10,7 +10,8 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ..errors import QkvError
+from ..errors import NotFiniteError, QkvError
+from ..training.devices import parse_device
 from . import (
     attention_commands,
     captioning_commands,
@@ -108,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = _debug_wanted(args)
     try:
+        _read_device(args)
         return int(args.run(args) or 0)
     except Exception as error:  # noqa: BLE001 - every escape gets an exit status and a line
         return _report(error, debug=debug, args=args)
@@ -115,9 +117,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(error, debug=debug, args=args)
 
 
+#: The options that name the model a command loaded, in the order looked for.
+MODEL_OPTIONS = ("checkpoint", "pretrained")
+
+
+def _read_device(args: argparse.Namespace) -> None:
+    """``--device``, read once for every command before it starts: a name this machine
+    cannot run on is one line naming what it has.  A command that loads a model gets the
+    ``torch.device``; a training run keeps the name (under torchrun "auto" and "cuda" pick
+    each process's own GPU)."""
+    name = getattr(args, "device", None)
+    if name is None:
+        return
+    device = parse_device(name)
+    if getattr(args, "loads_on_device", False):
+        args.device = device
+
+
 def _one_line_with_flags(error: BaseException, args: argparse.Namespace) -> str:
-    """The error's line, and the flags that set the config fields it names."""
+    """The error's line, and the flags that set the config fields it names; an error about
+    the model's numbers (NaN scores) opens with the checkpoint or folder it was loaded from."""
     line = _one_line(error)
+    if isinstance(error, NotFiniteError):
+        loaded = [getattr(args, name) for name in MODEL_OPTIONS if getattr(args, name, None)]
+        line = f"{loaded[0]}: {line}" if loaded else line
     flags = flags_of(args, getattr(error, "fields", ()))
     return f"{line} (set by {', '.join(flags)})" if flags else line
 

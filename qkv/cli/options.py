@@ -65,7 +65,7 @@ TRAIN_HELP: dict[str, str] = {
     "on all of them at the end (0 = all every time)",
     "patience": "early stopping: validations without improvement",
     "log_every": "steps between log lines",
-    "device": "auto picks a GPU when present",
+    "device": "auto (a GPU when present), cpu or cuda",
     "context_parallel": "processes sharing each training window through ring attention "
     "(train lm under torchrun; the process count must be a multiple)",
 }
@@ -192,7 +192,8 @@ def add_train_options(
                 _flag(name), action="store_true", default=argparse.SUPPRESS, help=text
             )
             continue
-        choices = {"schedule": list(SCHEDULES), "device": ["auto", "cpu", "cuda"]}.get(name)
+        # --device is read by qkv.cli.main for every command, which names this machine's
+        choices = {"schedule": list(SCHEDULES)}.get(name)
         group.add_argument(
             _flag(name),
             dest=name,

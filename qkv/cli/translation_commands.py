@@ -8,7 +8,7 @@ import sys
 from ..errors import InputError
 from ..tasks.presets import PRESETS, SMALL_DATA_TRANSFORMER, sizes_of
 from ..tasks.translation import TranslationSetup
-from .commands import add_command, report_run, train_task_from_args
+from .commands import add_command, add_device_option, report_run, train_task_from_args
 from .options import add_task_options
 
 _SMALL = SMALL_DATA_TRANSFORMER
@@ -86,7 +86,7 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
         default=1.0,
         help="GNMT length penalty alpha for beam search",
     )
-    translate.add_argument("--device", default="cpu", help="cpu or cuda")
+    add_device_option(translate)
     translate.add_argument(
         "sentences", nargs="*", help="sentences to translate (default: read stdin)"
     )

@@ -4,7 +4,7 @@ and sampling from language models (temperature, top-k, top-p)."""
 from .beam import beam_search, decode
 from .greedy import greedy_search
 from .sample import filter_logits, sample
-from .search import Hypotheses, length_penalty_factor
+from .search import Hypotheses, check_scores, length_penalty_factor
 
 __all__ = [
     "greedy_search",
@@ -14,4 +14,5 @@ __all__ = [
     "filter_logits",
     "Hypotheses",
     "length_penalty_factor",
+    "check_scores",
 ]

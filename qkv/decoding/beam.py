@@ -108,7 +108,10 @@ def beam_search(
 
     for step in range(1, max_len + 1):
         output = check_step(
-            model.step(tokens, state, need_attention=need_attention), batch_size * k, need_attention
+            model.step(tokens, state, need_attention=need_attention),
+            batch_size * k,
+            need_attention,
+            step=step,
         )
         vocab_size = output.log_probs.shape[-1]
         if not (0 <= pad_id < vocab_size and 0 <= eos_id < vocab_size):

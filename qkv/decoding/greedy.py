@@ -57,7 +57,10 @@ def greedy_search(
 
     for step in range(1, max_len + 1):
         output = check_step(
-            model.step(tokens, state, need_attention=need_attention), batch_size, need_attention
+            model.step(tokens, state, need_attention=need_attention),
+            batch_size,
+            need_attention,
+            step=step,
         )
         best_log_prob, best_token = output.log_probs.topk(1, dim=-1)  # (B, 1)
         best_log_prob, best_token = best_log_prob.squeeze(1), best_token.squeeze(1)

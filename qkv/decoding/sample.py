@@ -22,7 +22,7 @@ from torch import Tensor
 
 from qkv.errors import InputError
 
-from .search import check_model, check_step
+from .search import check_model, check_scores, check_step
 
 __all__ = ["sample", "filter_logits"]
 
@@ -52,7 +52,9 @@ def sample(
     most its last ``max_positions`` tokens: past that the window slides, and the cache is
     rebuilt from the window at each step (as without the cache).  The model needs
     ``start``/``step`` (the step protocol), and ``forward`` returning ``.logits`` when
-    ``use_cache=False``.
+    ``use_cache=False``.  Scores that are NaN or inf raise
+    :class:`~qkv.errors.NotFiniteError` (no token is drawn from them); prompt or end ids
+    outside the model's vocabulary (``model.config.vocab_size``) raise InputError.
 
     Shapes: prompt_ids (B, T) -> (B, T + N), the prompts included, N <= max_new_tokens.
     """
@@ -71,21 +73,29 @@ def sample(
         )
     if seed is not None:
         generator = torch.Generator(device=prompt_ids.device).manual_seed(seed)
+    vocab_size = _vocabulary_size(model)
+    if vocab_size is not None:  # before any id reaches an embedding (step's is unchecked)
+        _check_in_vocabulary(prompt_ids, eos_ids, vocab_size)
     batch = prompt_ids.shape[0]
     ids = prompt_ids
     state, consumed = None, 0  # consumed: positions in the cache
     ends = torch.tensor(list(eos_ids), dtype=torch.long, device=prompt_ids.device)
     ended = torch.zeros(batch, dtype=torch.bool, device=prompt_ids.device)
-    for _ in range(max_new_tokens):
+    for count in range(1, max_new_tokens + 1):
         window = ids if limit is None else ids[:, -limit:]  # past max_len: the last limit
         if not use_cache:
             logits = model(window).logits[:, -1].float()  # (B, V)
+            check_scores(logits, f"generated token {count}")
         else:
             if state is None or consumed + 1 > window.shape[1]:
                 # first step, or the window slid: read it afresh (all but its last token)
                 state, consumed = model.start(window[:, :-1]), window.shape[1] - 1
-            output = check_step(model.step(ids[:, -1], state, need_attention=False), batch, False)
+            output = check_step(
+                model.step(ids[:, -1], state, need_attention=False), batch, False, step=count
+            )
             logits, state, consumed = output.log_probs, output.state, consumed + 1
+        if vocab_size is None and count == 1:  # a model that does not say: its scores do
+            _check_in_vocabulary(prompt_ids[:, :0], eos_ids, logits.shape[-1])
         token = _draw(logits, temperature, top_k, top_p, generator)  # (B,)
         if len(ends):
             token = torch.where(ended, ends[0], token)  # an ended sequence stays ended
@@ -126,9 +136,37 @@ def _draw(
 ) -> Tensor:
     if temperature == 0:
         return logits.argmax(dim=-1)
-    logits = filter_logits(logits / temperature, top_k=top_k, top_p=top_p)
+    # shifted so the best is 0 first: a small temperature then sends the others to -inf
+    # instead of the best to +inf (softmax of +inf is NaN)
+    shifted = logits - logits.amax(dim=-1, keepdim=True)
+    logits = filter_logits(shifted / temperature, top_k=top_k, top_p=top_p)
     probs = F.softmax(logits, dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+def _vocabulary_size(model) -> int | None:
+    """The model's vocabulary size where it says (``config.vocab_size`` or ``vocab_size``)."""
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    size = getattr(model, "vocab_size", None) if size is None else size
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def _check_in_vocabulary(prompt_ids: Tensor, eos_ids: Sequence[int], vocab_size: int) -> None:
+    """The prompt's ids and the end ids (an ended sequence is fed its end id) must be ids of
+    the model's vocabulary: an InputError, not an IndexError inside an embedding."""
+    if prompt_ids.numel():
+        low, high = (int(bound) for bound in torch.aminmax(prompt_ids))  # one pass
+        if low < 0 or high >= vocab_size:
+            raise InputError(
+                f"prompt_ids holds ids outside the model's vocabulary 0..{vocab_size - 1} "
+                f"(min {low}, max {high}); were they made by another model's tokenizer?"
+            )
+    outside = [i for i in eos_ids if not 0 <= i < vocab_size]
+    if outside:
+        raise InputError(
+            f"eos_ids {outside} are outside the model's vocabulary 0..{vocab_size - 1}",
+            fields=("eos_ids",),
+        )
 
 
 def _check_options(prompt_ids, max_new_tokens, temperature, top_k, top_p) -> None:

@@ -17,12 +17,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
-from qkv.errors import InputError
+from qkv.errors import InputError, NotFiniteError
 from qkv.models.base import Decodable, StepOutput
 
-__all__ = ["Hypotheses", "length_penalty_factor", "check_search", "check_length_penalty"]
+__all__ = [
+    "Hypotheses",
+    "length_penalty_factor",
+    "check_search",
+    "check_length_penalty",
+    "check_scores",
+]
 
 # The special ids every qkv tokenizer reserves (qkv.data.batch defines them; decoding may not
 # import data, which sits on the same layer): PAD=0, BOS=1, EOS=2.
@@ -110,8 +117,9 @@ def check_max_len(max_len: int) -> None:
         raise ValueError(f"max_len={max_len!r} must be an integer >= 1")
 
 
-def check_step(output: object, rows: int, need_attention: bool) -> StepOutput:
-    """Validate one ``model.step`` result for ``rows`` sequences; return it."""
+def check_step(output: object, rows: int, need_attention: bool, *, step: int) -> StepOutput:
+    """Validate one ``model.step`` result for ``rows`` sequences, the ``step``-th token of
+    the search (its scores: :func:`check_scores`); return it."""
     if not isinstance(output, StepOutput):
         raise TypeError(
             f"model.step returned a {type(output).__name__}; it must return a StepOutput "
@@ -123,6 +131,7 @@ def check_step(output: object, rows: int, need_attention: bool) -> StepOutput:
             f"model.step returned log_probs of shape {tuple(log_probs.shape)}; "
             f"expected ({rows}, V), one row per sequence being decoded"
         )
+    check_scores(log_probs, f"generated token {step}")
     if need_attention:
         attention = output.attention
         if attention is None:
@@ -136,3 +145,30 @@ def check_step(output: object, rows: int, need_attention: bool) -> StepOutput:
                 f"expected ({rows}, S)"
             )
     return output
+
+
+def check_scores(scores: Tensor, what: str) -> None:
+    """Refuse to pick from ``scores`` (..., V) -- log-probabilities or logits of ``what``
+    ("generated token 3", "the classes") -- when a row holds NaN or +inf, or has no finite
+    score at all (every entry -inf): a NotFiniteError instead of a choice made from garbage
+    (``topk`` and ``argmax`` take NaN for the largest value, ``multinomial`` refuses it).  A
+    -inf score alone is a choice the model rules out, and is fine.
+
+    One reduction: a row's maximum is NaN if any entry is, +inf if any is, and -inf only if
+    all are."""
+    best = scores.amax(dim=-1).flatten()  # one per row
+    if bool(torch.isfinite(best).all()):
+        return
+    row = int((~torch.isfinite(best)).nonzero()[0, 0])  # the first bad row
+    values = scores.reshape(-1, scores.shape[-1])[row]
+    if bool(values.isnan().any()):
+        kind = "NaN"
+    elif bool(values.isposinf().any()):
+        kind = "inf"
+    else:
+        kind = "-inf for every choice"
+    raise NotFiniteError(
+        f"the model's scores for {what} are {kind} (row {row} of {best.numel()}): its "
+        "weights or activations are not finite (a diverged run, a corrupt file, float16 "
+        "overflow), so nothing is picked from them"
+    )

@@ -97,8 +97,9 @@ def local_layout(local_len: int, *, causal: bool, group=None) -> SequenceLayout:
 def shard_sequence(tensor: Tensor, dim: int, *, causal: bool = False, group=None) -> Tensor:
     """This rank's part of ``tensor`` along ``dim`` (the sequence), in the layout
     :func:`~qkv.distributed.ring_attention` expects: chunk r of P, or chunks r and 2P-1-r
-    of 2P with ``causal``.  Shapes: (..., T, ...) -> (..., T / P, ...)."""
-    dim = dim % tensor.dim()
+    of 2P with ``causal``.  ``dim`` counts from the end when negative, as in PyTorch; one
+    out of range is an InputError.  Shapes: (..., T, ...) -> (..., T / P, ...)."""
+    dim = _sequence_dim(tensor, dim)
     layout = sequence_layout(tensor.shape[dim], causal=causal, group=group)
     parts = [tensor.narrow(dim, start, size) for start, size in layout.runs()]
     return torch.cat(parts, dim) if len(parts) > 1 else parts[0].clone()
@@ -107,7 +108,7 @@ def shard_sequence(tensor: Tensor, dim: int, *, causal: bool = False, group=None
 def unshard_sequence(part: Tensor, dim: int, *, causal: bool = False, group=None) -> Tensor:
     """The whole sequence back from every rank's part, in order, on every rank (an all-gather;
     no gradient flows through it).  Shapes: (..., T / P, ...) -> (..., T, ...)."""
-    dim = dim % part.dim()
+    dim = _sequence_dim(part, dim)
     layout = local_layout(part.shape[dim], causal=causal, group=group)
     if layout.world_size == 1:
         return part.clone()
@@ -118,6 +119,23 @@ def unshard_sequence(part: Tensor, dim: int, *, causal: bool = False, group=None
         for index, chunk in enumerate(layout.chunks_of(rank)):
             pieces[chunk] = whole.narrow(dim, index * layout.chunk_len, layout.chunk_len)
     return torch.cat([pieces[chunk] for chunk in sorted(pieces)], dim)
+
+
+def _sequence_dim(tensor: Tensor, dim: int) -> int:
+    """``dim`` as a non-negative axis of ``tensor``: in [-ndim, ndim), as torch.narrow takes
+    it; anything else (an axis past the last would otherwise wrap round to the batch) is an
+    InputError."""
+    if not isinstance(tensor, Tensor):
+        raise InputError(
+            f"expected a tensor to cut along its sequence, got {type(tensor).__name__}"
+        )
+    ndim = tensor.dim()
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -ndim <= dim < ndim:
+        raise InputError(
+            f"dim={dim!r} is out of range for a tensor of {ndim} dimensions "
+            f"{tuple(tensor.shape)}: give the sequence axis, in [{-ndim}, {ndim - 1}]"
+        )
+    return dim % ndim
 
 
 def sequence_positions(

@@ -42,7 +42,7 @@ from qkv.functional.heads import repeat_kv
 from qkv.functional.mask_mods import ModEvaluator
 from qkv.functional.scores import resolve_scale
 
-from .layout import local_layout
+from .layout import group_rank_and_size, local_layout
 from .ring_schedule import _pairs, _Ring, check_score_bias
 
 __all__ = ["ring_attention", "RingPeerError"]
@@ -92,21 +92,17 @@ def ring_attention(
     A query that may attend no key gets output 0 and zero gradients.  Every rank of the
     group must call this with the same shapes and options.
     """
-    if block_mask is not None and not callable(getattr(block_mask, "mask_mod", None)):
-        raise InputError(
-            f"block_mask must have a mask_mod(batch, head, q_idx, kv_idx) method "
-            f"(as FlexAttention's BlockMask), got {type(block_mask).__name__}"
-        )
-    check_tensors(query, key, value)
-    if query.shape[2] != key.shape[2]:
-        raise InputError(
-            f"ring_attention is self-attention over one sequence: the query slice has "
-            f"{query.shape[2]} positions, the key slice {key.shape[2]}; give both the same part"
-        )
-    if score_mod is not None and not callable(score_mod):
-        raise InputError(f"score_mod must be a function, got {type(score_mod).__name__}")
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise InputError(f"block_size={block_size!r} must be a positive number of tokens")
+    try:
+        _check_call(query, key, value, block_mask, score_mod, block_size)
+        problem = None
+    except (QkvError, TypeError) as error:
+        problem = error
+    # before the first exchange, every rank learns every rank's shapes and verdict, so a
+    # mistake on one rank stops all of them, here, instead of one rank failing inside the
+    # transport while another computes from mismatched buffers
+    _agree(query, key, value, bool(causal), block_size, problem, group)
+    if problem is not None:
+        raise problem
     layout = local_layout(query.shape[2], causal=bool(causal), group=group)
     rank, world = layout.rank, layout.world_size
     peers = (0, 0)  # global ranks of the next and the previous rank in the ring
@@ -128,6 +124,97 @@ def ring_attention(
     key, value = (t.to(dtype).contiguous() for t in (key, value))
     output = _RingAttention.apply(query.to(dtype), key, value, ring)
     return output.to(query.dtype)
+
+
+def _check_call(query, key, value, block_mask, score_mod, block_size) -> None:
+    """This rank's own checks of a call (its tensors, mask, score_mod, block size)."""
+    if block_mask is not None and not callable(getattr(block_mask, "mask_mod", None)):
+        raise InputError(
+            f"block_mask must have a mask_mod(batch, head, q_idx, kv_idx) method "
+            f"(as FlexAttention's BlockMask), got {type(block_mask).__name__}"
+        )
+    check_tensors(query, key, value)
+    if query.shape[2] != key.shape[2]:
+        raise InputError(
+            f"ring_attention is self-attention over one sequence: the query slice has "
+            f"{query.shape[2]} positions, the key slice {key.shape[2]}; give both the same part"
+        )
+    if score_mod is not None and not callable(score_mod):
+        raise InputError(f"score_mod must be a function, got {type(score_mod).__name__}")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise InputError(f"block_size={block_size!r} must be a positive number of tokens")
+
+
+#: Per rank, what :func:`_agree` compares: whether its own checks failed, then the shapes
+#: (-1 where an argument is not a tensor of 4 dimensions) and the options.
+_AGREED = ("failed", "query", "key", "value", "causal", "block_size")
+
+
+def _shape(t: object) -> list[int]:
+    return list(t.shape) if isinstance(t, Tensor) and t.dim() == 4 else [-1] * 4
+
+
+def _agree(query, key, value, causal: bool, block_size, problem, group) -> None:
+    """One all_gather of every rank's shapes, options and verdict (a few integers), then the
+    same decision on every rank: if any rank's own checks failed, or the ranks hold parts of
+    different lengths or shapes, or were called with different options, every rank raises
+    (the failing rank its own error, the others an InputError naming the ranks)."""
+    rank, world = group_rank_and_size(group)
+    if world == 1:
+        return
+    size = block_size if isinstance(block_size, int) and not isinstance(block_size, bool) else -1
+    mine = [int(problem is not None), *_shape(query), *_shape(key), *_shape(value)]
+    mine += [int(causal), size]
+    device = _collective_device(query, group)
+    row = torch.tensor(mine, dtype=torch.long, device=device)
+    rows = [torch.empty_like(row) for _ in range(world)]
+    try:
+        dist.all_gather(rows, row, group=group)
+    except RuntimeError as error:  # a peer gone before the first exchange
+        raise RingPeerError(
+            f"ring_attention on rank {rank}: the ranks could not compare their shapes "
+            f"({str(error).strip().splitlines()[0] if str(error).strip() else 'no reason'}); "
+            "a rank died or hung, so this one stops"
+        ) from None
+    table = torch.stack(rows).tolist()  # (P, 15)
+    failed = [r for r, entry in enumerate(table) if entry[0]]
+    if failed:
+        if problem is not None:
+            return  # the caller raises this rank's own error
+        raise InputError(
+            f"ring_attention on rank {rank}: rank{'s' if len(failed) > 1 else ''} "
+            f"{', '.join(map(str, failed))} refused {'their' if len(failed) > 1 else 'its'} "
+            "inputs (its error says why), so every rank stops before any exchange"
+        )
+    lengths = [entry[3] for entry in table]  # the query parts' lengths
+    if len(set(lengths)) > 1:
+        each = ", ".join(f"rank {r}: {n}" for r, n in enumerate(lengths))
+        raise InputError(
+            f"ring_attention: the ranks hold parts of different lengths ({each} positions); "
+            "every rank needs an equal part: cut the sequence with shard_sequence (same "
+            "causal) from a length that is a multiple of P ranks (2P with causal), padding it"
+        )
+    if any(entry != table[0] for entry in table):
+        each = "; ".join(f"rank {r}: {_described(entry)}" for r, entry in enumerate(table))
+        raise InputError(
+            f"ring_attention: the ranks were called with different shapes or options ({each}); "
+            "every rank must pass its part of the same query, key and value, and the same "
+            "causal and block_size"
+        )
+
+
+def _described(entry: list[int]) -> str:
+    q, k, v = (tuple(entry[i : i + 4]) for i in (1, 5, 9))
+    return f"query {q}, key {k}, value {v}, causal={bool(entry[13])}, block_size={entry[14]}"
+
+
+def _collective_device(query: object, group) -> torch.device:
+    """Where the group's collectives take their tensors: the GPU under nccl, else the CPU."""
+    if dist.get_backend(group) != "nccl":
+        return torch.device("cpu")
+    if isinstance(query, Tensor) and query.device.type == "cuda":
+        return query.device
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 class _RingAttention(torch.autograd.Function):

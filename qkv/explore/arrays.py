@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from torch import Tensor, nn
 
-from qkv.errors import InputError
+from qkv.errors import InputError, NotFiniteError
 from qkv.plotting import plot_alignment, plot_alignment_grid
 
 from .registry import explorer_for
@@ -29,6 +29,11 @@ def text_attention(model: nn.Module, tokenizer, text: str) -> tuple[str, list[st
         raise InputError(f"a {model_type!r} model does not read one text; give it its inputs")
     model.eval()
     ids, layers = read(model, tokenizer, text)
+    if not all(bool(weights.isfinite().all()) for weights in layers):  # no heatmap of NaN
+        raise NotFiniteError(
+            "the model's attention weights on this text hold NaN or inf: its weights are not "
+            "finite numbers (a diverged run, a corrupt file)"
+        )
     return adapter.views[0], token_labels(tokenizer, ids), layers
 
 

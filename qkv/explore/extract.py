@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from qkv.data import BOS_ID, EOS_ID, PAD_ID
-from qkv.decoding import beam_search, greedy_search
+from qkv.decoding import beam_search, check_scores, greedy_search
 from qkv.errors import InputError
 
 __all__ = [
@@ -121,6 +121,7 @@ def classifier_attention(model: nn.Module, source: Tensor) -> tuple[Tensor, dict
     Shapes: source (B, C, S, S) pictures or (B, T, C, S, S) clips -> logits (B, 1|T, K + 1).
     """
     output = model.classify(source, need_attention=True)
+    check_scores(output.logits[..., 1:], "the classes")  # never a class picked from NaN
     attention = {
         name: [(w[:, None] if w.dim() == 3 else w).float().cpu() for w in layers]
         for name, layers in (output.attention or {}).items()

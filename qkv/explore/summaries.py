@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from qkv.errors import InputError
+from qkv.errors import InputError, NotFiniteError
 
 __all__ = ["WEIGHT_SCALE", "attention_rollout", "head_summary", "quantize"]
 
@@ -93,7 +93,10 @@ def quantize(weights: Tensor) -> list[list[int]]:
     if weights.dim() != 2:
         raise InputError(f"quantize takes one (Tq, Tk) matrix, got {tuple(weights.shape)}")
     if not bool(torch.isfinite(weights).all()):
-        raise InputError("attention weights hold NaN or infinity; the model is broken")
+        raise NotFiniteError(
+            "the model's attention weights hold NaN or inf: its weights are not finite numbers "
+            "(a diverged run, a corrupt file)"
+        )
     return (weights.double() * WEIGHT_SCALE).round().long().tolist()
 
 

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from qkv.errors import InputError
+from qkv.errors import InputError, NotFiniteError
 from qkv.layers import MultiHeadAttention
 
 __all__ = [
@@ -137,7 +137,10 @@ def page_vectors(found: dict) -> dict:
 
 def _rounded(t: Tensor) -> list:
     if not bool(torch.isfinite(t).all()):
-        raise InputError("q, k or v hold NaN or infinity; the model is broken")
+        raise NotFiniteError(
+            "the model's q, k or v hold NaN or inf: its weights are not finite numbers (a "
+            "diverged run, a corrupt file)"
+        )
     return [[[float(f"{x:.{VECTOR_DIGITS}g}") for x in row] for row in head] for head in t.tolist()]
 
 

@@ -228,6 +228,13 @@ def create_block_mask(
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
             raise InputError(f"create_block_mask: {name}={value!r} must be a positive int")
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):  # torch's own error lists every backend it knows
+        raise InputError(
+            f"create_block_mask: device={device!r} is not a device name; use 'cpu' or 'cuda' "
+            "(the device of the query)"
+        ) from None
     batches, heads = B or 1, H or 1
     n_q, n_k = -(-Q_LEN // bq), -(-KV_LEN // bk)
     evaluate = ModEvaluator(mask_mod, "mask_mod")

@@ -89,6 +89,12 @@ class ModEvaluator:
         try:
             result = torch.vmap(self.fn)(*flat)
         except Exception as error:
+            if "out of bounds" in str(error) or isinstance(error, IndexError):
+                raise InputError(
+                    f"{self.kind} indexed a tensor past its end ({error}): a tensor it reads "
+                    "(document ids, a bias table, ALiBi slopes) is shorter than the batch, "
+                    "heads or sequence it is applied to; make it as long as they are"
+                ) from error
             raise InputError(
                 f"{self.kind} could not be evaluated elementwise ({error}); it must be written "
                 "for one scalar index each, e.g. lambda b, h, q_idx, kv_idx: q_idx >= kv_idx"

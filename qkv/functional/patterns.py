@@ -9,6 +9,7 @@ expects.  Combine masks with :func:`~qkv.functional.block_mask.and_masks` /
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -129,8 +130,9 @@ def alibi(slopes: Tensor, query_start: int = 0) -> ScoreMod:
 
 def softcap(cap: float) -> ScoreMod:
     """c tanh(s / c): scores squashed smoothly into (-c, c) (Gemma 2's logit soft-capping)."""
-    if not isinstance(cap, (int, float)) or isinstance(cap, bool) or cap <= 0:
-        raise InputError(f"softcap cap={cap!r} must be a positive number, e.g. 50.0")
+    # NaN or inf would make every score NaN (inf * tanh(s / inf) = inf * 0)
+    if not isinstance(cap, (int, float)) or isinstance(cap, bool) or not 0 < cap < math.inf:
+        raise InputError(f"softcap cap={cap!r} must be a positive finite number, e.g. 50.0")
 
     def softcap_score(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return torch.tanh(score / cap) * cap

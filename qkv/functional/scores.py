@@ -19,10 +19,26 @@ __all__ = ["resolve_scale", "SCORES"]
 SCORES = ("dot", "scaled_dot")
 
 
+def _number(value: object) -> float:
+    """``value`` as a float, NaN when it is not a number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return math.nan
+
+
 def resolve_scale(score: str, scale: float | None, head_dim: int) -> float:
     """The factor on q.k for a named parameter-free score."""
     if score == "scaled_dot":
-        return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+        if scale is None:
+            return 1.0 / math.sqrt(head_dim)
+        # a NaN or inf factor gives NaN weights, a string would be read as a number
+        if isinstance(scale, (bool, str)) or not math.isfinite(_number(scale)):
+            raise InputError(
+                f"scale={scale!r} must be a finite number (default: 1 / sqrt(Dh) = "
+                f"{1.0 / math.sqrt(head_dim):.4g})"
+            )
+        return float(scale)
     if score == "dot":
         if scale is not None:
             raise InputError(

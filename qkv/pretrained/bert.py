@@ -140,7 +140,17 @@ def _map_weights(weights: dict[str, Tensor], model: BertModel) -> dict[str, Tens
         else:
             renamed[target], source_of[target] = tensor, name
     for layer in range(model.config.num_layers):  # query, key, value -> one stacked matrix
-        stack_legacy_projections(renamed, f"encoder.layers.{layer}.self_attention.")
+        prefix = f"encoder.layers.{layer}.self_attention."
+        for part in ("weight", "bias"):  # all three or none: name the one that is absent
+            names = [f"{prefix}{p}_proj.{part}" for p in "qkv"]
+            if any(name in renamed for name in names) and not all(n in renamed for n in names):
+                absent = [
+                    f"encoder.layer.{layer}.attention.self.{word}.{part}"
+                    for word, name in zip(("query", "key", "value"), names)
+                    if name not in renamed
+                ]
+                raise CheckpointError(f"the checkpoint lacks {absent[0]}: the folder is incomplete")
+        stack_legacy_projections(renamed, prefix)
     mapped = {name: tensor for name, tensor in renamed.items() if name in expected}
     unexpected += [source_of.get(name, name) for name in renamed if name not in expected]
     missing = sorted(set(expected) - set(mapped))

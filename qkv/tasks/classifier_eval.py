@@ -12,6 +12,7 @@ from torch import nn
 
 from ..data.batch import PAD_ID
 from ..data.clips import ClipSet
+from ..decoding import check_scores
 from ..training.loss import sequence_loss
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ def evaluate_classifier(
             batch = data.collate(indices).to(device)
             output = model.classify(batch.source, need_attention=data.task == "clip")
             gold = batch.target_output  # (B, T)
+            check_scores(output.logits[..., 1:], "the classes")  # no accuracy from NaN
             guess = output.logits[..., 1:].argmax(dim=-1) + 1  # never the <pad> id
             hit = ((guess == gold) & (gold != PAD_ID)).cpu()
             tally.count(hit, int((gold != PAD_ID).sum()))

@@ -14,7 +14,7 @@ from ..data.batch import NO_PAD_ID
 from ..data.text import TextDataset
 from ..data.text_tokenizers import encode_prompt
 from ..decoding import sample
-from ..errors import InputError
+from ..errors import InputError, NotFiniteError
 from ..models import DecoderLM
 
 if TYPE_CHECKING:
@@ -44,6 +44,11 @@ def context_loss(
             logits.flatten(0, 1).float(), batch[:, 1:].flatten(), reduction="sum"
         ).item()
         count += batch[:, 1:].numel()
+    if not math.isfinite(total):  # a loss of NaN is no score: refuse it, do not print it
+        raise NotFiniteError(
+            f"the model's loss on the text is {total}: its weights or activations are not "
+            "finite (a diverged run, a corrupt file, float16 overflow)"
+        )
     return total / count if count else math.nan
 
 

@@ -39,6 +39,7 @@ from torch import nn
 from ..errors import CheckpointError
 from ..models.registry import build_model, config_to_dict, model_type_of
 from ..models.saved_configs import upgrade_saved_config
+from .devices import parse_device
 from .files import disk_errors, fsync_directory, fsync_tree, read_json, write_json_atomic
 from .weights import (
     MAX_PARAMETERS,
@@ -178,6 +179,7 @@ def load_checkpoint(
     metadata and tokenizers.  ``expect_type`` refuses a checkpoint of another model type;
     a config asking for more than ``max_parameters`` parameters is refused before anything
     is allocated."""
+    map_location = parse_device(map_location)  # a device this machine lacks: before reading
     directory = resolve_checkpoint(path)
     config = read_json(directory / CONFIG_FILE, what="checkpoint config")
     for key in ("model_type", "model"):

@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..errors import RunError
+from ..errors import InputError, RunError
+from .devices import parse_device
 
 __all__ = [
     "DistributedContext",
@@ -62,14 +63,17 @@ class DistributedContext:
 
 def resolve_device(preference: str, local_rank: int = 0) -> torch.device:
     """The device to train on: "auto" is this process's GPU when there is one, else the CPU;
-    "cuda" insists on a GPU."""
+    "cuda" insists on a GPU (InputError naming what this machine has, from
+    :func:`~qkv.training.devices.parse_device`, when there is none)."""
     if preference not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"device={preference!r} is unknown; use 'auto', 'cpu' or 'cuda'")
-    if preference == "cpu" or (preference == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise ValueError("device='cuda' but torch sees no CUDA GPU; use device='cpu' or 'auto'")
-    index = local_rank % torch.cuda.device_count()
+        raise InputError(
+            f"device={preference!r} is unknown for training; use 'auto', 'cpu' or 'cuda'",
+            fields=("device",),
+        )
+    device = parse_device(preference)
+    if device.type == "cpu":
+        return device
+    index = local_rank % torch.cuda.device_count()  # under torchrun: this process's GPU
     torch.cuda.set_device(index)
     return torch.device("cuda", index)
 

@@ -16,6 +16,7 @@ from torch import nn
 from ..errors import CheckpointError
 from ..layers.saved_formats import stack_legacy_projections
 from ..models.registry import build_model
+from .devices import parse_device
 
 __all__ = [
     "weights_for_saving",
@@ -45,7 +46,7 @@ def load_weights(
     """Copy a checkpoint's weights into ``model`` (moved to ``map_location``), after checking
     from the file's header that every tensor name and shape matches."""
     weights_file = Path(directory) / "model.safetensors"
-    device = str(torch.device(map_location))
+    device = str(parse_device(map_location))
     header, aliases = _read_header(weights_file)
     _check_matches(model, header, weights_file)
     try:
