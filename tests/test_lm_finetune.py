@@ -71,11 +71,11 @@ def save_tokenizer(folder, text, *, bos=False):
     assert tokenizer.get_vocab_size() <= VOCAB
 
 
-def gpt2_folder(tmp_path, text):
+def gpt2_folder(tmp_path, text, positions=POSITIONS):
     folder = tmp_path / "gpt2"
     config = transformers.GPT2Config(
         vocab_size=VOCAB,
-        n_positions=POSITIONS,
+        n_positions=positions,
         n_embd=32,
         n_layer=2,
         n_head=4,
@@ -171,12 +171,15 @@ def test_a_folder_fine_tunes_below_its_own_loss_and_the_run_generates(tmp_path, 
     assert FolderTokenizer(exported / "tokenizer.json").encode(text) == start.tokenizer.encode(text)
 
 
-def test_the_default_context_is_the_folders_positions_at_most_256(tmp_path, capsys):
+@pytest.mark.parametrize("positions, context", [(POSITIONS, POSITIONS), (300, 256)])
+def test_the_default_context_is_the_folders_positions_at_most_256(
+    tmp_path, capsys, positions, context
+):
     data = write_text(tmp_path / "my.txt")
-    folder = gpt2_folder(tmp_path, data.read_text())
+    folder = gpt2_folder(tmp_path, data.read_text(), positions)
     assert train(data, tmp_path / "run", "--init-from", folder, "--max-steps", 1) == 0
-    assert f"context {POSITIONS}, dropout the start's" in capsys.readouterr().out
-    assert load_lm(tmp_path / "run").setup.context == POSITIONS
+    assert f"context {context}, dropout the start's" in capsys.readouterr().out
+    assert load_lm(tmp_path / "run").setup.context == context
 
 
 def test_a_fine_tuning_run_resumes_exactly_and_only_alone(tmp_path, capsys):
