@@ -51,6 +51,8 @@ class GatedFeedForward(nn.Module):
         self.contract = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        r"""$W_\mathrm{down}\,\mathrm{dropout}(f(W_\mathrm{gate} x) \odot W_\mathrm{up} x)$.
+        Shapes: x (B, T, d_model) -> (B, T, d_model)."""
         hidden = self.dropout(self.activation(self.gate(x)) * self.expand(x))  # (B, T, d_ff)
         return self.contract(hidden)  # (B, T, d_model)
 
