@@ -11,7 +11,7 @@ from qkv.cli.main import main
 from qkv.errors import InputError
 from qkv.tasks.presets import PRESETS, recipe_for
 from qkv.tasks.translation import TranslationSetup, build_translation_model
-from qkv.tasks.translation_models import family_of
+from qkv.tasks.translation import family_of
 from qkv.training.checkpoint import load_trainer_state
 from qkv.training.recipes import UserSchedule, choose_schedule
 

@@ -1,6 +1,7 @@
 """The tasks' data: corpora, readers, tokenizers, datasets and batching."""
 
 from . import tokenizers
+from . import word_tokenizer as word_tokenizer  # registers the captions' tokenizer kind
 from .batch import (
     BOS_ID,
     EOS_ID,

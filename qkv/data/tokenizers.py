@@ -273,9 +273,7 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
         document.get("format") != _FILE_FORMAT and not legacy_words
     ):
         raise ValueError(f"{path} is not a qkv tokenizer file (no 'format': '{_FILE_FORMAT}')")
-    from .word_tokenizer import WordTokenizer  # a subclass of Tokenizer: imported here
-
-    kinds = {**_KINDS, WordTokenizer.kind: WordTokenizer, **_LOADABLE}
+    kinds = {**_KINDS, **_LOADABLE}  # the captions' words register themselves on import
     kind = document.get("kind")
     if kind not in kinds:
         raise ValueError(f"{path} holds tokenizer kind {kind!r}; known: {', '.join(kinds)}")

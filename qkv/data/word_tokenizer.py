@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .batch import SPECIAL_TOKENS, UNK_ID
-from .tokenizers import Tokenizer
+from .tokenizers import Tokenizer, register_tokenizer
 
 __all__ = ["WordTokenizer"]
 
@@ -77,3 +77,6 @@ class WordTokenizer(Tokenizer):
                 raise ValueError(f"the tokens do not start with {SPECIAL_TOKENS}")
             return cls(state["tokens"][len(SPECIAL_TOKENS) :])
         return cls(state["words"])
+
+
+register_tokenizer(WordTokenizer)  # so load_tokenizer (every checkpoint) finds kind 'words'

@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
-__all__ = ["Seq2SeqOutput", "StepOutput", "Decodable", "select_state"]
+__all__ = ["Seq2SeqOutput", "StepOutput", "LMOutput", "Decodable", "select_state"]
 
 
 @dataclass
@@ -88,3 +88,13 @@ def select_state(state: Any, indices: Tensor) -> Any:
     raise TypeError(
         f"select_state cannot reorder a {type(state).__name__}; give it a select(indices) method"
     )
+
+
+@dataclass
+class LMOutput:
+    """logits: (B, T, V) next-token scores.  attention: {"self": per block (B, H, T, Tk)} when
+    asked for, else None.  aux_loss: always None (the trainer's field)."""
+
+    logits: Tensor
+    attention: dict[str, list[Tensor]] | None = None
+    aux_loss: Tensor | None = None

@@ -38,7 +38,7 @@ from qkv.layers.multihead import MultiHeadAttention
 from qkv.layers.position_registry import build_attention_positions, build_input_positions
 from qkv.layers.scaled_rotary import ScaledRotaryEmbedding
 
-from .base import StepOutput
+from .base import LMOutput, StepOutput
 from .checks import check_config
 from .lm_config import LMConfig
 from .lm_masks import attention_masks, find_documents
@@ -48,16 +48,6 @@ __all__ = ["DecoderLM", "LMConfig", "LMOutput", "LMState"]
 
 # RoPE tables beyond this many positions are computed when needed, not stored.
 _ROPE_TABLE_LEN = 8192
-
-
-@dataclass
-class LMOutput:
-    """logits: (B, T, V) next-token scores.  attention: {"self": per block (B, H, T, Tk)} when
-    asked for, else None.  aux_loss: always None (the trainer's field)."""
-
-    logits: Tensor
-    attention: dict[str, list[Tensor]] | None = None
-    aux_loss: Tensor | None = None
 
 
 @dataclass

@@ -31,7 +31,7 @@ from qkv.errors import InputError
 from qkv.functional.heads import merge_heads
 from qkv.functional.patterns import sliding_window
 
-from .lm import DecoderLM, LMOutput
+from .base import LMOutput
 
 __all__ = ["ContextParallelLM"]
 
@@ -47,7 +47,7 @@ class ContextParallelLM(nn.Module):
     where causal attention keeps them from every real token); :meth:`shard` cuts targets
     the same way.  Its parameters are the LM's own (train it, save ``lm``)."""
 
-    def __init__(self, lm: DecoderLM, group: Any = None):
+    def __init__(self, lm: nn.Module, group: Any = None):
         super().__init__()
         config = lm.config
         if config.positions not in SUPPORTED_POSITIONS:

@@ -14,13 +14,16 @@ number of regions P, so ``max_tokens = 4096`` with 8 x 8 regions gives 64 captio
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
+from ..data import BOS_ID, EOS_ID, Batch
 from ..data.captions import (
     CaptionDataset,
     CaptionExample,
@@ -28,13 +31,13 @@ from ..data.captions import (
     WordVocab,
     remember_images,
 )
-from ..errors import CheckpointError, DataError, InputError
+from ..data.karpathy import read_karpathy
+from ..data.scenes import scene_dataset
+from ..errors import CheckpointError, DataError, InputError, MissingFileError
 from ..layers import available_scores
 from ..models import CaptionerConfig, build_model
 from ..training import TrainConfig, TrainResult, load_checkpoint
 from .captioner_eval import evaluate_captioning
-from .captioning_data import SCENES, caption_examples, caption_splits
-from .captioning_probe import probe_captioner, synthetic_batch
 from .captioning_transfer import (
     ENCODER_FIELDS,
     CachedRegionData,
@@ -58,7 +61,102 @@ __all__ = [
     "build_captioner",
     "CAPTIONING",
     "train_captioning",
+    "caption_splits",
+    "PROBE_VOCAB",
+    "probe_captioner",
+    "synthetic_batch",
 ]
+
+
+#: ``data`` value of the generated scenes.
+SCENES = "shapes"
+
+
+def caption_examples(
+    data: str,
+    split: str,
+    *,
+    image_size: int,
+    images: str | Path | None = None,
+    size: int | None = None,
+) -> list[CaptionExample]:
+    """The ``split`` ("train", "valid" / "val" or "test") of ``data``: "shapes" (the
+    generated scenes, drawn at ``image_size``) or a Karpathy JSON whose pictures lie in
+    ``images`` (default: the JSON's folder).  ``size`` keeps the first N images.
+
+    Raises MissingFileError for a missing JSON or picture, DataError for anything else
+    (not a JSON, missing fields, an empty split)."""
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise InputError(f"size={size!r} must be a positive number of images", fields=("size",))
+    if data == SCENES:
+        return scene_dataset(split, image_size=image_size, size=size)
+    path = Path(data)
+    if not path.exists():
+        raise MissingFileError(
+            f"data={data!r} is neither {SCENES!r} (the generated scenes) nor an existing "
+            "Karpathy-format JSON file",
+            fields=("data",),
+        )
+    if path.is_dir():
+        raise DataError(
+            f"data={data!r} is a folder; give the Karpathy JSON file inside it", fields=("data",)
+        )
+    folder = path.parent if images is None else Path(images)
+    if not folder.is_dir():
+        raise MissingFileError(f"images folder not found: {folder}", fields=("images",))
+    examples = read_karpathy(path, folder, split, image_size=image_size)
+    return examples if size is None else examples[:size]
+
+
+def _karpathy_has_split(path: Path, split: str) -> bool:
+    """Whether a Karpathy JSON lists any image of ``split`` (errors are left to the reader)."""
+    wanted = {"valid": "val"}.get(split, split)
+    try:
+        records = json.loads(path.read_text(encoding="utf-8")).get("images", [])
+        return any(isinstance(r, dict) and r.get("split") == wanted for r in records)
+    except (OSError, ValueError, AttributeError):
+        return True  # let read_karpathy report what is wrong, in its own words
+
+
+def caption_splits(setup: CaptioningSetup) -> tuple[list[CaptionExample], list[CaptionExample]]:
+    """The training and validation examples of a setup (no validation for a JSON without
+    a val split)."""
+    options = dict(image_size=setup.image_size, images=setup.images)
+    train_examples = caption_examples(setup.data, "train", size=setup.train_size, **options)
+    if setup.data != SCENES and not _karpathy_has_split(Path(setup.data), "val"):
+        return train_examples, []  # a JSON without a val split trains without validation
+    valid_examples = caption_examples(setup.data, "valid", size=setup.valid_size, **options)
+    return train_examples, valid_examples
+
+
+#: Vocabulary size of the captioner that is timed.
+PROBE_VOCAB = 1000
+
+
+def probe_captioner(
+    setup: CaptioningSetup, build: Callable[[CaptioningSetup, int], nn.Module]
+) -> nn.Module:
+    """The captioner whose steps are timed; with a frozen encoder, steps read cached region
+    features, so the decoder alone is timed."""
+    model = build(setup, PROBE_VOCAB)
+    if setup.freeze_encoder:
+        model.encoder.requires_grad_(False)
+    return model
+
+
+def synthetic_batch(setup: CaptioningSetup, num_regions: int, config: TrainConfig) -> Batch:
+    """A batch of the size the trainer will make: an image counts as its regions."""
+    length = setup.max_caption_len + 2
+    size = max(config.max_tokens // max(num_regions, length), 1)
+    generator = torch.Generator().manual_seed(0)
+    if setup.freeze_encoder:  # the batch carries the cached features (B, P, D)
+        images = torch.rand(size, num_regions, setup.feature_dim, generator=generator)
+    else:
+        images = torch.rand(size, 3, setup.image_size, setup.image_size, generator=generator)
+    words = torch.randint(4, PROBE_VOCAB, (size, length), generator=generator)
+    words[:, 0], words[:, -1] = BOS_ID, EOS_ID
+    return Batch(images, words, torch.arange(size))
+
 
 #: The doubly stochastic regulariser's default lambda on the scenes and on a Karpathy JSON.
 SCENES_LAMBDA, KARPATHY_LAMBDA = 0.0, 0.1

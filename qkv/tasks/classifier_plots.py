@@ -11,8 +11,13 @@ from torch import nn
 from ..errors import InputError
 from ..explore import classifier_attention
 from ..plotting import plot_alignment_grid, plot_frame_attention, plot_image_attention
-from .classifier import ClassificationData, classification_data, load_classifier
-from .classifier_eval import ClassifierScores, evaluate_classifier
+from .classifier import (
+    ClassificationData,
+    ClassifierScores,
+    classification_data,
+    evaluate_classifier,
+    load_classifier,
+)
 
 __all__ = ["plot_classifier_attention", "query_positions", "classify_and_plot"]
 

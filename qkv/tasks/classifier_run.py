@@ -8,8 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..training import TrainResult
-from .classifier import CLASSIFIER, ClassifierSetup, classification_data, load_classifier
-from .classifier_eval import ClassifierScores, evaluate_classifier
+from .classifier import (
+    CLASSIFIER,
+    ClassifierScores,
+    ClassifierSetup,
+    classification_data,
+    evaluate_classifier,
+    load_classifier,
+)
 from .task import train_with_options
 
 __all__ = ["ClassifierRun", "train_and_score_classifier"]

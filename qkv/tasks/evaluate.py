@@ -86,7 +86,7 @@ def _translation(checkpoint: str | Path, request: EvaluationRequest) -> Evaluati
 
 def _captioning(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
     from .captioner_eval import evaluate_captioning
-    from .captioning_data import caption_examples
+    from .captioning import caption_examples
     from .image_captioner import ImageCaptioner
 
     with reading_errors(CheckpointError):

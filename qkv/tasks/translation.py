@@ -1,13 +1,14 @@
 """Training a translator: the translation task's parts of the shared skeleton (``task``).
 
 Every translation model (``transformer``, ``rnn-attention``, ``rnn``) goes through the same
-:data:`TRANSLATION` spec; only :data:`MODEL_BUILDERS` (``translation_models``) knows how to
+:data:`TRANSLATION` spec; only :data:`MODEL_BUILDERS` knows how to
 build each one, and the sizes are the presets of :mod:`qkv.tasks.presets`.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,15 +26,11 @@ from ..data import (
 from ..data.tokenizers import Tokenizer
 from ..errors import CheckpointError, DataError, InputError
 from ..layers import available_scores
+from ..models import RNNConfig, TransformerConfig, build_model
 from ..training import TrainConfig, TrainResult, load_checkpoint
 from ..training.state import default_batches
+from .presets import Preset, preset_for, sizes_of
 from .task import TaskData, TaskSpec, check_choices, train_task
-from .translation_models import (
-    MODEL_BUILDERS,
-    SIZES,
-    build_translation_model,
-    translation_preset,
-)
 from .translator import Translator, reading_errors
 
 __all__ = [
@@ -42,7 +39,59 @@ __all__ = [
     "TRANSLATION",
     "build_translation_model",
     "train_translation",
+    "SIZES",
+    "family_of",
+    "translation_preset",
 ]
+
+
+SIZES = sizes_of("transformer")
+
+
+def family_of(model: str) -> str:
+    """The preset family of a translation model type."""
+    return "transformer" if model == "transformer" else "rnn"
+
+
+def translation_preset(setup: TranslationSetup) -> Preset:
+    return preset_for(family_of(setup.model), setup.size)
+
+
+def _transformer(setup: TranslationSetup, vocab_size: int) -> TransformerConfig:
+    start = TransformerConfig.base if setup.size == "base" else TransformerConfig.small
+    return start(
+        vocab_size,
+        share_embeddings=True,
+        tie_output=True,
+        max_len=setup.max_len + 2,
+        **{**translation_preset(setup).model, **setup.dropout_overrides()},
+    )
+
+
+def _rnn(attention: str | None) -> Callable[[TranslationSetup, int], RNNConfig]:
+    def build(setup: TranslationSetup, vocab_size: int) -> RNNConfig:
+        return RNNConfig(
+            vocab_size,
+            **{**translation_preset(setup).model, **setup.dropout_overrides()},
+            attention=setup.score if attention is None else attention,
+            share_embeddings=True,
+            max_len=setup.max_len + 2,
+        )
+
+    return build
+
+
+#: model type -> config builder(setup, joint vocabulary size)
+MODEL_BUILDERS: dict[str, Callable[[TranslationSetup, int], Any]] = {
+    "transformer": _transformer,
+    "rnn-attention": _rnn(None),
+    "rnn": _rnn("none"),
+}
+
+
+def build_translation_model(setup: TranslationSetup, vocab_size: int) -> nn.Module:
+    return build_model(setup.model, MODEL_BUILDERS[setup.model](setup, vocab_size))
+
 
 TOKENIZER_FILE = "tokenizer"
 TOKENIZERS = ("auto", "char", "bpe")
