@@ -82,6 +82,7 @@ class LanguageModelAdapter(ExplorerAdapter):
 
     kind, views = "lm", ("self",)
     generates = vectors = True
+    live = "lm"
     config_facts = {"layers": "num_layers", "heads": "num_heads", "kv_heads": "num_kv_heads"}
 
     def attention_modules(self, model: nn.Module) -> list[nn.Module]:
@@ -93,6 +94,31 @@ class LanguageModelAdapter(ExplorerAdapter):
     def position_scheme(self, config: Any) -> str:
         """The position scheme the page's header names."""
         return config.positions
+
+    def live_config(self, model: nn.Module) -> dict[str, Any]:
+        """script/live/lm.js's facts, read from TransformerLM's config (its state_dict names
+        are the script's: token_embedding, positions.*, blocks.{i}.*, final_norm, output)."""
+        config = model.config
+        if config.document_start is not None:
+            raise InputError(
+                "the live page runs one stream; this model restarts positions at each "
+                "document (document_start): write a static page"
+            )
+        return {
+            "d_model": config.d_model,
+            "heads": config.num_heads,
+            "kv_heads": config.num_kv_heads,
+            "layers": config.num_layers,
+            "activation": config.activation,
+            "norm_first": config.norm_first,
+            "positions": config.positions,
+            "max_len": config.max_len,
+            "max_positions": model.max_positions,
+            "embedding_scale": model.embedding_scale,
+            "eps": config.layer_norm_eps,
+            "window": config.window,
+            "block": self.block_size(model),
+        }
 
     def windows(self, model: nn.Module) -> list[int | None]:
         """Per layer its sliding window (query i sees keys i - window < j <= i), or None."""
@@ -198,7 +224,10 @@ def prompt_ids(item, index: int, tokenizer) -> list[int]:
 
 class LlamaAdapter(LanguageModelAdapter):
     """A Llama-family LM (``qkv.models.llama.LlamaLM``: Llama, Qwen2, Mistral folders): the
-    language model's page; its positions are always (scaled) RoPE."""
+    language model's page; its positions are always (scaled) RoPE.  No live page: its blocks
+    (RMSNorm, SwiGLU) are not the live script's."""
+
+    live = None
 
     def facts(self, model: nn.Module) -> dict[str, Any]:
         return dict(super().facts(model), window=model.config.sliding_window)

@@ -35,8 +35,14 @@ def _asset(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
-def _script() -> str:
-    parts = [_asset(f"script/{name}") for name in SCRIPT]
+#: A live page's script after the page's own (qkv.explore.live): the shared math, the
+#: family's forward pass (``live/<family>.js``), then the live bar.
+LIVE_SCRIPT = ("live/common.js", "live/{family}.js", "live/page.js")
+
+
+def _script(live: str | None = None) -> str:
+    names = [*SCRIPT, *(name.format(family=live) for name in LIVE_SCRIPT)] if live else SCRIPT
+    parts = [_asset(f"script/{name}") for name in names]
     return '(function () {\n"use strict";\n' + "\n".join(parts) + "})();\n"
 
 
@@ -52,7 +58,7 @@ def render_html(data: dict[str, Any], *, title: str | None = None) -> str:
     for key, value in (
         ("__TITLE__", html.escape(title)),
         ("__CSS__", _asset("page.css")),
-        ("__JS__", _script()),
+        ("__JS__", _script(data["live"]["family"] if data.get("live") else None)),
         ("__DATA__", payload),
     ):
         page = page.replace(key, value, 1)
