@@ -3,6 +3,7 @@ forward pass (window.qkvLive.run) on random inputs gives PyTorch's float32 atten
 logits to 1e-4 and the same greedy output, for random-weight models of every family that
 runs live, in the configurations their training options make."""
 
+import json
 import random
 import time
 
@@ -10,11 +11,18 @@ import pytest
 import torch
 
 from qkv.data import BOS_ID, EOS_ID, PAD_ID, CharTokenizer
-from qkv.decoding import greedy_search
+from qkv.decoding import greedy_search, sample
 from qkv.explore import add_live, explore, write_html
-from qkv.models import RNNConfig, RNNTranslator, Transformer, TransformerConfig
+from qkv.models import (
+    RNNConfig,
+    RNNTranslator,
+    Transformer,
+    TransformerConfig,
+    TransformerLM,
+    TransformerLMConfig,
+)
 
-from .test_explore_browser import start_browser
+from .test_explore_browser import cells, start_browser
 
 pytestmark = pytest.mark.browser
 
@@ -135,3 +143,170 @@ def test_a_transformer_page_recomputes_every_attention_as_pytorch(browser, tmp_p
     for text in random_texts(4, seed=len(name)):
         result = run(browser, text)
         check_translator(result, model, text, tk, ("encoder", "decoder", "cross"))
+
+
+# ------------------------------------------------------------------------ the language model
+
+LMS = {
+    "learned, pre-LN gelu": {},
+    "sinusoidal, post-LN relu": dict(positions="sinusoidal", norm_first=False, activation="relu"),
+    "rope, grouped KV heads, window": dict(positions="rope", num_kv_heads=2, window=5),
+    "alibi, multi-query, no biases": dict(positions="alibi", num_kv_heads=1, bias=False),
+    "gelu_tanh, untied": dict(activation="gelu_tanh", tie_embeddings=False, max_len=24),
+}
+
+
+def tiny_lm(vocab_size: int, **changes) -> TransformerLM:
+    torch.manual_seed(len(changes))
+    options = dict(d_model=16, num_heads=4, num_layers=2, d_ff=32, max_len=64, dropout=0.0)
+    model = TransformerLM(TransformerLMConfig(vocab_size, **{**options, **changes})).eval()
+    with torch.no_grad():  # GPT-2's N(0, 0.02) start attends almost uniformly: sharpen it
+        for name, parameter in model.named_parameters():
+            if "norm" not in name:
+                parameter.mul_(10.0)
+    return model
+
+
+@pytest.mark.parametrize("name", list(LMS))
+def test_a_language_model_page_recomputes_every_attention_as_pytorch(browser, tmp_path, name):
+    tk = tokenizer()
+    model = tiny_lm(tk.vocab_size, **LMS[name])
+    live_page(browser, tmp_path, "lm", model, ["the fox"], tokenizer_=tk)
+    for index, text in enumerate(random_texts(4, seed=len(name))):
+        generate = [0, 3, 12, 30][index]
+        result = run(browser, text, {"generate": generate})
+        prompt = torch.tensor([tk.encode(text)])
+        limit = model.max_positions or 10**9
+        expected = sample(
+            model, prompt, max_new_tokens=min(generate, limit - prompt.shape[1]), temperature=0
+        )
+        assert result["ids"]["all"] == expected[0].tolist(), text
+        assert result["output"] == tk.decode(expected[0, prompt.shape[1] :].tolist())
+        with torch.no_grad():
+            out = model(expected, need_weights=True)
+        assert largest_difference(result["logits"], out.logits[0]) <= BOUND
+        for page_layer, weights in zip(
+            result["attention"]["self"], out.attention["self"], strict=True
+        ):
+            assert largest_difference(page_layer, weights[0]) <= BOUND, (text, name)
+
+
+def test_seeded_sampling_repeats_and_a_new_seed_changes_the_text(browser, tmp_path):
+    tk = tokenizer()
+    model = tiny_lm(tk.vocab_size)
+    live_page(browser, tmp_path, "lm", model, ["the fox"], tokenizer_=tk)
+    options = {"generate": 40, "temperature": 1.0, "seed": 7}
+    first, again = run(browser, "the ", options), run(browser, "the ", options)
+    other = run(browser, "the ", {**options, "seed": 8})
+    assert first["ids"] == again["ids"] and len(first["ids"]["output"]) == 40
+    assert other["ids"]["output"] != first["ids"]["output"]
+    top = run(browser, "the ", {**options, "topK": 1})  # top-1 sampling is greedy
+    assert top["ids"]["output"] == run(browser, "the ", {"generate": 40})["ids"]["output"]
+
+
+# ------------------------------------------------------------------------ the RNN translator
+
+RNNS = {
+    "additive GRU": {},
+    "additive LSTM, 2 layers": dict(cell="lstm", num_layers=2, attention_dim=10),
+    "dot GRU": dict(attention="dot"),
+    "scaled_dot LSTM, input feeding": dict(attention="scaled_dot", cell="lstm", input_feeding=True),
+    "general GRU, 2 layers, input feeding": dict(
+        attention="general", num_layers=2, input_feeding=True
+    ),
+}
+
+
+def tiny_rnn(vocab_size: int, **changes) -> RNNTranslator:
+    torch.manual_seed(len(changes))
+    options = dict(source_vocab_size=vocab_size, embedding_dim=12, hidden_dim=16, dropout=0.0)
+    model = RNNTranslator(RNNConfig(**{**options, **changes})).eval()
+    with torch.no_grad():  # sharper alignments than the default start
+        for name, parameter in model.named_parameters():
+            if "attention" in name:
+                parameter.mul_(4.0)
+    return model
+
+
+@pytest.mark.parametrize("name", list(RNNS))
+def test_an_rnn_page_recomputes_the_alignment_as_pytorch(browser, tmp_path, name):
+    tk = tokenizer()
+    model = tiny_rnn(tk.vocab_size, **RNNS[name])
+    live_page(browser, tmp_path, "rnn", model, ["the fox"], tokenizer_=tk, beam=2)
+    for text in random_texts(4, seed=len(name)):
+        result = run(browser, text)
+        T, S = len(result["logits"]), len(result["ids"]["source"])
+        assert [len(result["attention"]["cross"]), len(result["attention"]["cross"][0])] == [1, 1]
+        assert (
+            len(result["attention"]["cross"][0][0]) == T
+            and len(result["attention"]["cross"][0][0][0]) == S
+        )
+        check_translator(result, model, text, tk, ("cross",))
+
+
+# ------------------------------------------------------------------------ the page around it
+
+
+def test_typing_into_the_live_bar_adds_an_input_that_every_view_draws(browser, tmp_path):
+    """Enter in the bar runs the model in the page; the new input's cells are the weights of
+    window.qkvLive.run, its rollout and neuron view are drawn, and nothing leaves the page."""
+    tk = tokenizer()
+    model = tiny_transformer(tk.vocab_size, norm_first=True)
+    browser.get_log("performance"), browser.get_log("browser")  # start from empty logs
+    live_page(browser, tmp_path, "typed", model, ["the fox"], tokenizer_=tk, max_len=8)
+    field = browser.find_element("id", "live-text")
+    field.send_keys("over the brown fox\n")
+    state = browser.execute_script("return window.qkv.current()")
+    assert (
+        state["input"] == 1 and browser.execute_script("return window.qkv.data.inputs.length") == 2
+    )
+    assert "computed in this page in" in browser.find_element("id", "live-note").text
+    result = run(browser, "over the brown fox")
+    for view, layer, head in [("encoder", 1, 2), ("decoder", 0, 3), ("cross", 1, 0)]:
+        browser.execute_script(
+            "window.qkv.show(arguments[0])",
+            {"input": 1, "view": view, "layer": layer, "head": head},
+        )
+        expected = result["attention"][view][layer][head]
+        for (row, col), weight in cells(browser).items():
+            assert abs(float(weight) - expected[row][col]) <= 0.5 / 10_000 + 1e-9
+    browser.execute_script(
+        "window.qkv.show({input: 1, view: 'encoder', layer: 1, head: 'rollout'})"
+    )
+    assert len(cells(browser)) == len(result["ids"]["source"]) ** 2
+    browser.execute_script("window.qkv.show({input: 1, view: 'cross', layer: 1, head: 2, word: 1})")
+    steps = browser.execute_script("return window.qkv.neuron()")
+    assert steps is not None
+    assert (
+        max(abs(a - b) for a, b in zip(steps["weights"], result["attention"]["cross"][1][2][1]))
+        < 1e-9
+    )
+    requested = [
+        json.loads(entry["message"])["message"]["params"]["request"]["url"]
+        for entry in browser.get_log("performance")
+        if json.loads(entry["message"])["message"]["method"] == "Network.requestWillBeSent"
+    ]
+    assert all(url.startswith(("file:", "data:")) for url in requested), requested
+    assert [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")] == []
+
+
+def test_a_bad_input_says_why_in_the_bar(browser, tmp_path):
+    tk = tokenizer()
+    model = tiny_transformer(tk.vocab_size, positions="learned", max_len=12)
+    live_page(browser, tmp_path, "bad", model, ["the fox"], tokenizer_=tk, max_len=8)
+    browser.find_element("id", "live-text").send_keys("the quick brown fox jumps\n")
+    assert "positions reach 12" in browser.find_element("id", "live-note").text
+    assert browser.execute_script("return window.qkv.data.inputs.length") == 1
+
+
+def test_a_language_model_page_types_a_prompt_and_generates(browser, tmp_path):
+    tk = tokenizer()
+    model = tiny_lm(tk.vocab_size)
+    data = live_page(browser, tmp_path, "lm-typed", model, ["the fox"], tokenizer_=tk)
+    browser.find_element("id", "live-text").send_keys("the b\n")
+    entry = browser.execute_script("return window.qkv.data.inputs[1]")
+    assert entry["prompt_length"] == 5 and len(entry["source_tokens"]) == 5 + 20  # 20: the bar's
+    expected = sample(model, torch.tensor([tk.encode("the b")]), max_new_tokens=20, temperature=0)
+    assert entry["output"] == tk.decode(expected[0, 5:].tolist())
+    written = data["inputs"][0]["views"][0]["layers"][1]["summaries"][2]["induction"]
+    assert entry["views"][0]["layers"][1]["summaries"][2]["induction"] == written
