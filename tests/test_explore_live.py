@@ -133,3 +133,19 @@ def test_qkv_explore_live_refuses_a_captioner_before_any_work(tmp_path, capsys):
     args = ["explore", "--checkpoint", str(tmp_path / "captioner"), "x.png", "--out"]
     assert main([*args, str(tmp_path / "x.html"), "--live"]) == 2
     assert "--live is for" in capsys.readouterr().err
+
+
+def test_the_demo_writes_a_live_page_of_its_examples(tmp_path):
+    from qkv.tasks import Translator
+    from qkv.tasks.demo import EXAMPLES, write_live_page
+    from qkv.training import save_checkpoint
+
+    tokenizer = CharTokenizer.train(EXAMPLES)
+    model = tiny_transformer(tokenizer.vocab_size, layers=1, heads=2)
+    save_checkpoint(tmp_path / "run", model, step=1, tokenizers={"tokenizer": tokenizer})
+    translator = Translator.from_checkpoint(tmp_path / "run")
+    page = write_live_page(translator, tmp_path / "attention" / "explore-live.html")
+    found = re.search(r'id="qkv-data">(.*?)</script>', page.read_text(encoding="utf-8"), re.S)
+    data = json.loads(found.group(1))
+    assert [entry["name"] for entry in data["inputs"]] == EXAMPLES
+    assert data["live"]["family"] == "transformer"
