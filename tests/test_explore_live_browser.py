@@ -10,7 +10,8 @@ import time
 import pytest
 import torch
 
-from qkv.data import BOS_ID, EOS_ID, PAD_ID, CharTokenizer
+from qkv.data import BOS_ID, EOS_ID, PAD_ID, BPETokenizer, CharTokenizer
+from qkv.data.text_tokenizers import ByteBPETokenizer
 from qkv.decoding import greedy_search, sample
 from qkv.explore import add_live, explore, write_html
 from qkv.models import (
@@ -310,3 +311,46 @@ def test_a_language_model_page_types_a_prompt_and_generates(browser, tmp_path):
     assert entry["output"] == tk.decode(expected[0, 5:].tolist())
     written = data["inputs"][0]["views"][0]["layers"][1]["summaries"][2]["induction"]
     assert entry["views"][0]["layers"][1]["summaries"][2]["induction"] == written
+
+
+# ------------------------------------------------------------------------ subword tokenizers
+
+CORPUS = [
+    "the quick brown fox jumps over the lazy dog",
+    "over 1998-03-03 the brown fox said: don't, it's late!",
+    "  spaces  and\ttabs, café naïve",
+] * 4
+
+
+def subword_texts(seed: int) -> list[str]:
+    """Texts of the corpus's words and characters, with unseen ones and doubled spaces."""
+    generator = random.Random(seed)
+    words = " ".join(CORPUS).split() + ["zebra", "ÿ", "1998", "it's", "x", "--"]
+    texts = []
+    for _ in range(6):
+        chosen = [generator.choice(words) for _ in range(generator.randint(1, 6))]
+        lead = " " if generator.random() < 0.3 else ""
+        texts.append(lead + generator.choice([" ", "  "]).join(chosen))
+    return texts
+
+
+def test_a_bpe_translator_page_tokenizes_as_the_library(browser, tmp_path):
+    tk = BPETokenizer.train(CORPUS, vocab_size=80, min_frequency=2)
+    model = tiny_transformer(tk.vocab_size)
+    live_page(browser, tmp_path, "bpe", model, ["the fox"], tokenizer_=tk, max_len=6)
+    for text in subword_texts(0):
+        result = run(browser, text, {"maxLen": 3})
+        assert result["ids"]["source"] == tk.encode(text.strip()), text
+        assert result["tokens"]["source"] == tk.tokens(tk.encode(text.strip()))
+        assert result["output"] == tk.decode(result["ids"]["output"])
+
+
+def test_a_byte_level_bpe_language_model_page_tokenizes_as_the_library(browser, tmp_path):
+    tk = ByteBPETokenizer.train(CORPUS, vocab_size=300, min_frequency=2)
+    model = tiny_lm(tk.vocab_size)
+    live_page(browser, tmp_path, "bytebpe", model, ["the fox"], tokenizer_=tk)
+    for text in [*subword_texts(1), "naïve café ÿ\n line"]:
+        result = run(browser, text, {"generate": 6, "temperature": 1.0, "seed": 3})
+        assert result["ids"]["source"] == tk.encode(text), text
+        assert result["tokens"]["source"] == tk.tokens(tk.encode(text))
+        assert result["output"] == tk.decode(result["ids"]["output"])

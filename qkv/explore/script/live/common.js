@@ -87,7 +87,7 @@ function bpeTokenizer(spec) {
     encode: (text) => pieces(text).flatMap(word),
     tokens: (list) => list.map((i) => names[i]),
     decode: (list) => {
-      const text = list.filter((i) => i >= specials.length).map((i) => names[i]).join("");
+      const text = list.filter((i) => i >= spec.specials.length).map((i) => names[i]).join("");
       if (spec.kind === "bytebpe") {
         return new TextDecoder().decode(new Uint8Array([...text].map((c) => bytes.decode.get(c))));
       }
