@@ -8,10 +8,11 @@ const sigmoid = (x) => 1 / (1 + Math.exp(-x));
 
 /** One step of layer `layer` of an nn.GRU / nn.LSTM named `prefix` (suffix "_reverse" for
     the backward direction): gates [r | z | n] or [i | f | g | o] as PyTorch lays them out.
-    Returns {h, c} (c for an LSTM). */
-function cellStep(model, prefix, layer, suffix, cell, x, h, c) {
+    gi: the input's projection W_ih x + b_ih where it was computed for every position at
+    once (the encoder), else null.  Returns {h, c} (c for an LSTM). */
+function cellStep(model, prefix, layer, suffix, cell, x, h, c, gi = null) {
   const name = (kind) => `${prefix}.${kind}_l${layer}${suffix}`;
-  const gi = linear(x, 1, model.w(name("weight_ih")), optional(model, name("bias_ih")));
+  gi = gi || linear(x, 1, model.w(name("weight_ih")), optional(model, name("bias_ih")));
   const gh = linear(h, 1, model.w(name("weight_hh")), optional(model, name("bias_hh")));
   const H = h.length, out = new Float64Array(H);
   if (cell === "gru") {
@@ -36,21 +37,26 @@ function cellStep(model, prefix, layer, suffix, cell, x, h, c) {
     [forward; backward] state of the top layer (S x 2H) and each layer's final states. */
 function encodeBidirectional(model, x, S, c) {
   const H = c.hidden, finals = [], cells = [];
-  let input = x, width = x.length / S;
+  let input = x;
   for (let l = 0; l < c.layers; l++) {
     const out = new Float64Array(S * 2 * H), last = [];
     for (const [suffix, offset] of [["", 0], ["_reverse", H]]) {
       let state = { h: new Float64Array(H), c: new Float64Array(H) };
+      const name = (kind) => `encoder.rnn.${kind}_l${l}${suffix}`;
+      // every position's input projection at once: the matrix is read once, not S times
+      const projected = linear(input, S, model.w(name("weight_ih")), optional(model, name("bias_ih")));
+      const gates = projected.length / S;
       for (let n = 0; n < S; n++) {
         const t = suffix ? S - 1 - n : n;
-        state = cellStep(model, "encoder.rnn", l, suffix, c.cell, input.subarray(t * width, (t + 1) * width), state.h, state.c);
+        state = cellStep(model, "encoder.rnn", l, suffix, c.cell, null, state.h, state.c,
+          projected.subarray(t * gates, (t + 1) * gates));
         out.set(state.h, t * 2 * H + offset);
       }
       last.push(state);
     }
     finals.push(Float64Array.of(...last[0].h, ...last[1].h));
     if (c.cell === "lstm") cells.push(Float64Array.of(...last[0].c, ...last[1].c));
-    input = out; width = 2 * H;
+    input = out;
   }
   return { outputs: input, finals, cells };
 }
