@@ -354,3 +354,26 @@ def test_a_byte_level_bpe_language_model_page_tokenizes_as_the_library(browser, 
         assert result["ids"]["source"] == tk.encode(text), text
         assert result["tokens"]["source"] == tk.tokens(tk.encode(text))
         assert result["output"] == tk.decode(result["ids"]["output"])
+
+
+def test_a_live_page_runs_inside_a_notebook_frame(browser, tmp_path):
+    """iframe_html (notebooks, the tutorials): the page in an <iframe srcdoc> still runs."""
+    from qkv.explore import iframe_html
+
+    tk = tokenizer()
+    model = tiny_transformer(tk.vocab_size)
+    data = explore(model, ["the fox"], tokenizer=tk, max_len=6)
+    add_live(data, model, tk)
+    host = tmp_path / "host.html"
+    host.write_text(f"<!doctype html><meta charset='utf-8'>{iframe_html(data)}", encoding="utf-8")
+    browser.get(host.as_uri())
+    browser.switch_to.frame(browser.find_element("tag name", "iframe"))
+    try:
+        deadline = time.monotonic() + 10
+        while browser.execute_script("return document.body?.dataset.ready") != "true":
+            assert time.monotonic() < deadline, "the framed page did not finish drawing"
+            time.sleep(0.05)
+        result = run(browser, "fox over")
+        check_translator(result, model, "fox over", tk, ("cross",))
+    finally:
+        browser.switch_to.default_content()
