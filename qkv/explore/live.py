@@ -20,7 +20,6 @@ rounding every weight to float16 moves logits by about 1e-3.
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any
 
 import numpy as np
@@ -36,8 +35,18 @@ __all__ = ["LIVE_MAX_MB", "live_entry", "add_live", "pack_tensors", "tokenizer_s
 
 #: The most megabytes of weights (as float32) a live page embeds by default; a larger model
 #: gets a static page and one line saying why (``qkv explore --live-max-mb``).  The page grows
-#: by 4/3 of this (base64); 25 MB opens in a second in Chromium.
+#: by 4/3 of this (base64); benchmarks/live_page.py times opening such pages.
 LIVE_MAX_MB = 25.0
+
+
+def _distinct(tensors: dict[str, torch.Tensor]) -> dict[str, tuple]:
+    """Per floating-point tensor the key of the numbers it holds (storage, offset, shape):
+    names that share one storage (tied weights) share a key."""
+    return {
+        name: (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        for name, tensor in tensors.items()
+        if tensor.is_floating_point()
+    }
 
 
 def pack_tensors(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, list], str]:
@@ -48,10 +57,8 @@ def pack_tensors(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, list], str
     parts: list[np.ndarray] = []
     seen: dict[tuple, int] = {}
     offset = 0
-    for name, tensor in tensors.items():
-        if not tensor.is_floating_point():
-            continue
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+    for name, key in _distinct(tensors).items():
+        tensor = tensors[name]
         if key not in seen:
             array = tensor.detach().to("cpu", torch.float32).contiguous().numpy().astype("<f4")
             seen[key] = offset
@@ -70,8 +77,8 @@ def tokenizer_spec(tokenizer: Any) -> dict[str, Any]:
     specials = list(SPECIAL_TOKENS)
     if kind == "char":
         return {"kind": "char", "alphabet": list(tokenizer.alphabet), "specials": specials}
-    if kind in ("bpe", "bytebpe") and hasattr(tokenizer, "_tokenizer"):
-        state = json.loads(tokenizer._tokenizer.to_str())
+    if kind in ("bpe", "bytebpe") and hasattr(tokenizer, "_state"):
+        state = tokenizer._state()["tokenizer"]  # what Tokenizer.save writes: HF's JSON
         model = state["model"]
         merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
         pre = state.get("pre_tokenizer") or {}
@@ -115,13 +122,9 @@ def live_entry(model: nn.Module, tokenizer: Any) -> dict[str, Any]:
 
 def weight_megabytes(model: nn.Module) -> float:
     """The model's distinct floating-point weights as float32, in MB (2^20 bytes)."""
-    seen, total = set(), 0
-    for tensor in model.state_dict().values():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if tensor.is_floating_point() and key not in seen:
-            seen.add(key)
-            total += tensor.numel() * 4
-    return total / 2**20
+    state = model.state_dict()
+    distinct = {key: name for name, key in _distinct(state).items()}
+    return sum(state[name].numel() * 4 for name in distinct.values()) / 2**20
 
 
 def add_live(
