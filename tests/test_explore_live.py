@@ -149,3 +149,27 @@ def test_the_demo_writes_a_live_page_of_its_examples(tmp_path):
     data = json.loads(found.group(1))
     assert [entry["name"] for entry in data["inputs"]] == EXAMPLES
     assert data["live"]["family"] == "transformer"
+
+
+@pytest.mark.parametrize("family", ["lm", "rnn-attention"])
+def test_qkv_explore_live_writes_a_language_model_and_an_rnn_page(tmp_path, capsys, family):
+    from qkv.cli.main import main
+    from qkv.models import RNNConfig, RNNTranslator, TransformerLM, TransformerLMConfig
+    from qkv.training import save_checkpoint
+
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    if family == "lm":
+        config = TransformerLMConfig(tokenizer.vocab_size, d_model=16, num_heads=2, num_layers=1)
+        model = TransformerLM(config)
+    else:
+        model = RNNTranslator(RNNConfig(tokenizer.vocab_size, embedding_dim=8, hidden_dim=8))
+    save_checkpoint(tmp_path / "run", model, step=1, tokenizers={"tokenizer": tokenizer})
+    out = tmp_path / "live.html"
+    args = ["explore", "--checkpoint", str(tmp_path / "run"), "the fox", "--live"]
+    assert main([*args, "--out", str(out)]) == 0
+    assert "MB of weights embedded" in capsys.readouterr().out
+    found = re.search(r'id="qkv-data">(.*?)</script>', out.read_text(encoding="utf-8"), re.S)
+    live = json.loads(found.group(1))["live"]
+    assert live["family"] == ("lm" if family == "lm" else "rnn")
+    assert set(live["tensors"]) == set(model.state_dict())
