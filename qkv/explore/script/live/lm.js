@@ -31,6 +31,7 @@ function drawToken(row, temperature, topK, random) {
 }
 
 LIVE.lm = {
+  placeholder: "type a prompt, then Enter: the model continues it in this page",
   options: ["generate", "temperature", "topK", "seed"],
 
   /** -> {ids, tokens, output, attention: {self}, logits, vectors}; options: generate (tokens

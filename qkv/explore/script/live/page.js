@@ -51,7 +51,7 @@ function liveSubmit(event) {
 
 $("live-bar").classList.remove("hidden");
 $("live-form").addEventListener("submit", liveSubmit);
-$("live-text").placeholder = DATA.live.config.prompt_hint || "type your own input, then Enter";
+$("live-text").placeholder = liveFamily().placeholder || "type your own input, then Enter";
 for (const field of document.querySelectorAll("#live-bar [data-option]")) {
   field.closest("label").classList.toggle("hidden", !(liveFamily().options || []).includes(field.dataset.option));
 }

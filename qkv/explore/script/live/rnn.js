@@ -80,6 +80,7 @@ function softmaxRow(scores) {
 }
 
 LIVE.rnn = {
+  placeholder: "type a sentence of your own, then Enter: the model translates it in this page",
   /** -> {ids, tokens, output, finished, score, attention: {cross: [1][1][T][S]}, logits};
       options.maxLen: the most tokens to generate (default as qkv explore). */
   run(model, text, options = {}) {

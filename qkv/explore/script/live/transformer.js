@@ -12,6 +12,7 @@ function packedProjection(model, prefix, x, T, D, part) {
 }
 
 LIVE.transformer = {
+  placeholder: "type a sentence of your own, then Enter: the model translates it in this page",
   /** -> {ids, tokens, output, finished, score, attention: {encoder, decoder, cross}, logits,
       vectors}; options.maxLen: the most tokens to generate (default as qkv explore). */
   run(model, text, options = {}) {
