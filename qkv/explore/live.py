@@ -14,7 +14,8 @@ The page's entry (``data["live"]``, docs/explorer.md)::
      "tensors": {name: [offset, shape]}, "weights": "<base64>", "mb": 2.1}
 
 Float32, not float16: the page's weights must give PyTorch's float32 attention to 1e-4, and
-rounding every weight to float16 moves logits by about 1e-3.
+rounding the weights of the ``dates``-sized Transformer to float16 moved its attention by up
+to 2.6e-4 and its logits by up to 1.6e-3 (a random-weight model, a 30-token input).
 """
 
 from __future__ import annotations
