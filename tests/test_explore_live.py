@@ -89,6 +89,12 @@ def test_families_without_a_live_pass_are_refused():
     model, vocab = tiny_captioner()
     with pytest.raises(InputError, match="no live forward pass"):
         live_entry(model, vocab)
+    tokenizer = tiny_tokenizer()
+    model = tiny_transformer(tokenizer.vocab_size, layers=1, heads=2)
+    data = explore(model, SENTENCES[:1], tokenizer=tokenizer, max_len=2)
+    for family in ("captioner", "../page"):
+        with pytest.raises(InputError, match="no live forward pass"):
+            render_html({**data, "live": {**live_entry(model, tokenizer), "family": family}})
 
 
 def test_the_dates_sized_transformer_page_stays_under_5_mb():

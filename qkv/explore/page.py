@@ -41,6 +41,11 @@ LIVE_SCRIPT = ("live/common.js", "live/{family}.js", "live/page.js")
 
 
 def _script(live: str | None = None) -> str:
+    if live is not None and (
+        not str(live).isidentifier()
+        or not resources.files(__package__).joinpath(f"script/live/{live}.js").is_file()
+    ):
+        raise InputError(f"the page has no live forward pass for {live!r}")
     names = [*SCRIPT, *(name.format(family=live) for name in LIVE_SCRIPT)] if live else SCRIPT
     parts = [_asset(f"script/{name}") for name in names]
     return '(function () {\n"use strict";\n' + "\n".join(parts) + "})();\n"
