@@ -377,3 +377,22 @@ def test_a_live_page_runs_inside_a_notebook_frame(browser, tmp_path):
         check_translator(result, model, "fox over", tk, ("cross",))
     finally:
         browser.switch_to.default_content()
+
+
+def test_the_webassembly_products_equal_the_javascript_loops(browser, tmp_path):
+    """The page multiplies in WebAssembly (qkv/explore/wasm.py) where Chromium runs it; the
+    JavaScript loops it falls back to give the same numbers, to float64's rounding."""
+    tk = tokenizer()
+    model = tiny_lm(tk.vocab_size, num_kv_heads=2)
+    live_page(browser, tmp_path, "kernel", model, ["the fox"], tokenizer_=tk)
+    fast = run(browser, "the brown fox", {"generate": 10})
+    assert browser.execute_script("return window.qkvLive.kernel()") == "wasm"
+    browser.execute_script("window.qkvLive.useKernel(false)")
+    slow = run(browser, "the brown fox", {"generate": 10})
+    assert browser.execute_script("return window.qkvLive.kernel()") == "js"
+    assert fast["ids"] == slow["ids"]
+    assert (
+        largest_difference(fast["logits"], torch.tensor(slow["logits"], dtype=torch.float64)) < 1e-9
+    )
+    for a, b in zip(fast["attention"]["self"], slow["attention"]["self"], strict=True):
+        assert largest_difference(a, torch.tensor(b, dtype=torch.float64)) < 1e-9

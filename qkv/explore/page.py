@@ -12,6 +12,7 @@ from typing import Any
 from qkv.errors import InputError
 
 from .build import FORMAT
+from .wasm import matmat_base64
 
 __all__ = ["render_html", "iframe_html", "write_html", "check_page_path"]
 
@@ -48,7 +49,8 @@ def _script(live: str | None = None) -> str:
         raise InputError(f"the page has no live forward pass for {live!r}")
     names = [*SCRIPT, *(name.format(family=live) for name in LIVE_SCRIPT)] if live else SCRIPT
     parts = [_asset(f"script/{name}") for name in names]
-    return '(function () {\n"use strict";\n' + "\n".join(parts) + "})();\n"
+    script = '(function () {\n"use strict";\n' + "\n".join(parts) + "})();\n"
+    return script.replace("__WASM_MATMAT__", matmat_base64(), 1) if live else script
 
 
 def render_html(data: dict[str, Any], *, title: str | None = None) -> str:

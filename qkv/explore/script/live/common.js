@@ -7,17 +7,51 @@
 
 const LIVE = {};
 
-/** The model of DATA.live: config, tokenizer, and w(name) -> {data, shape} (state_dict names). */
+/** The WebAssembly product of qkv/explore/wasm.py (its bytes, as base64), run by linear()
+    where the browser compiles it: {f64 (the module's memory as float64), matmat, x, y
+    (scratch byte offsets), room (numbers each scratch holds)}; null: linear() loops in
+    JavaScript. */
+const KERNEL_BYTES = "__WASM_MATMAT__";
+let KERNEL = null, kernelOn = true;
+/** Numbers in each of the kernel's two scratch areas (a product's input and output). */
+const KERNEL_ROOM = 1 << 18;
+
+/** The kernel with room for `count` float64 weights first, or null. */
+function makeKernel(count) {
+  try {
+    const module = new WebAssembly.Module(bytesOf(KERNEL_BYTES));
+    const instance = new WebAssembly.Instance(module, {}), memory = instance.exports.memory;
+    const bytes = 8 * (count + 2 * KERNEL_ROOM), have = memory.buffer.byteLength;
+    if (bytes > have) memory.grow(Math.ceil((bytes - have) / 65536));
+    const x = 8 * count, y = x + 8 * KERNEL_ROOM;
+    return { f64: new Float64Array(memory.buffer), matmat: instance.exports.matmat, x, y, room: KERNEL_ROOM };
+  } catch (error) { // no WebAssembly (or no SIMD), or no memory for it: the JavaScript loops
+    return null;
+  }
+}
+
+/** The model of DATA.live: config, tokenizer, and w(name) -> {data, shape, at} (state_dict
+    names; at: the byte offset of its numbers in the kernel's memory, when there is one). */
 function liveModel(spec) {
   const bytes = bytesOf(spec.weights);
   const all = new Float32Array(bytes.buffer, 0, bytes.length / 4);
-  // float64 copies (a tied matrix copied once): in Chromium, float64 times float64 in the
-  // loops below ran about 25 % faster than reading the float32 numbers (measured)
+  KERNEL = makeKernel(all.length);
+  // float64 numbers (a tied matrix once): in Chromium, float64 times float64 in the loops
+  // below ran about 25 % faster than reading float32 numbers (measured), and the kernel
+  // multiplies float64
   const tensors = {}, copies = new Map();
   for (const [name, [offset, shape]] of Object.entries(spec.tensors)) {
     const size = shape.reduce((a, b) => a * b, 1), key = `${offset}/${size}`;
-    if (!copies.has(key)) copies.set(key, Float64Array.from(all.subarray(offset, offset + size)));
-    tensors[name] = { data: copies.get(key), shape };
+    if (!copies.has(key)) {
+      const numbers = all.subarray(offset, offset + size);
+      if (KERNEL) {
+        KERNEL.f64.set(numbers, offset);
+        copies.set(key, { data: KERNEL.f64.subarray(offset, offset + size), at: 8 * offset });
+      } else {
+        copies.set(key, { data: Float64Array.from(numbers) });
+      }
+    }
+    tensors[name] = { ...copies.get(key), shape };
   }
   const w = (name) => {
     if (!tensors[name]) throw new Error(`the page's weights have no ${name}`);
@@ -121,11 +155,20 @@ function byteTable() {
 // ---------------------------------------------------------------- layers
 
 /** x (T x In) @ W^T + b, W (Out x In) as nn.Linear keeps it.  rows: which rows of W
-    (a slice [from, to) of a stacked matrix such as in_proj_weight).  Row by row of W, each
-    row against every input (it stays in the cache), four running sums. */
+    (a slice [from, to) of a stacked matrix such as in_proj_weight).  The kernel's product
+    where it runs; else row by row of W, each row against every input (it stays in the
+    cache), four running sums. */
 function linear(x, T, weight, bias, rows) {
   const inputs = weight.shape[1], from = rows ? rows[0] : 0, to = rows ? rows[1] : weight.shape[0];
   const out = to - from, W = weight.data, b = bias ? bias.data : null;
+  const k = KERNEL;
+  if (k && kernelOn && weight.at !== undefined && inputs % 2 === 0 && T * Math.max(inputs, out) <= k.room) {
+    k.f64.set(x.length === T * inputs ? x : x.subarray(0, T * inputs), k.x / 8);
+    k.matmat(weight.at + 8 * from * inputs, k.x, k.y, out, inputs, T);
+    const y = k.f64.slice(k.y / 8, k.y / 8 + T * out);
+    if (b) for (let t = 0; t < T; t++) for (let o = 0; o < out; o++) y[t * out + o] += b[from + o];
+    return y;
+  }
   const y = new Float64Array(T * out);
   for (let o = 0; o < out; o++) {
     const wBase = (from + o) * inputs, add = b ? b[from + o] : 0;

@@ -63,4 +63,8 @@ window.qkvLive = {
   show: (text, options) => liveShow(text, options),
   family: DATA.live.family,
   config: DATA.live.config,
+  /** "wasm" where the products run in WebAssembly, "js" where in JavaScript (after a run). */
+  kernel: () => (KERNEL && kernelOn ? "wasm" : "js"),
+  /** Turn the WebAssembly products off (false) or on again, to compare the two. */
+  useKernel: (on) => { kernelOn = Boolean(on); },
 };
