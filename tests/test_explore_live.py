@@ -179,3 +179,33 @@ def test_qkv_explore_live_writes_a_language_model_and_an_rnn_page(tmp_path, caps
     live = json.loads(found.group(1))["live"]
     assert live["family"] == ("lm" if family == "lm" else "rnn")
     assert set(live["tensors"]) == set(model.state_dict())
+
+
+def test_the_webassembly_module_is_well_formed():
+    """The bytes of qkv/explore/wasm.py's module: header, sections in the order the format
+    requires, both exports; LEB128 as the format writes it.  (The browser tests run it.)"""
+    from qkv.explore.wasm import _signed, _unsigned, matmat_base64, matmat_module
+
+    assert (
+        _unsigned(0) == b"\x00"
+        and _unsigned(127) == b"\x7f"
+        and _unsigned(624485) == b"\xe5\x8e\x26"
+    )
+    assert _signed(-4) == b"\x7c" and _signed(63) == b"\x3f" and _signed(64) == b"\xc0\x00"
+    module = matmat_module()
+    assert module[:8] == b"\0asm\x01\0\0\0"
+    sections, at = [], 8
+    while at < len(module):
+        number, at = module[at], at + 1
+        size = shift = 0
+        while True:
+            byte, at = module[at], at + 1
+            size |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        sections.append(number)
+        at += size
+    assert at == len(module) and sections == [1, 3, 5, 7, 10]
+    assert b"matmat" in module and b"memory" in module
+    assert base64.b64decode(matmat_base64()) == module
