@@ -1,9 +1,9 @@
 /* script/live/common.js: what every live forward pass shares (qkv/explore/live.py packs the
-   weights and the tokenizer): the weights as Float32Arrays by state_dict name, the tokenizer,
-   and the math of qkv's layers, each a plain loop over row-major arrays.  Activations are
-   float64 (Float64Array) over float32 weights, so the page's numbers are PyTorch's float32
-   ones to about 1e-6.  A family's forward pass is script/live/<family>.js, which adds
-   LIVE[family] = {run, page}. */
+   weights and the tokenizer): the weights by state_dict name (the page's float32 numbers,
+   held as float64), the tokenizer, and the math of qkv's layers over row-major arrays, the
+   matrix products in WebAssembly where the browser runs it.  Everything is computed in
+   float64, so the page's numbers are PyTorch's float32 ones to about 1e-6.  A family's
+   forward pass is script/live/<family>.js, which adds LIVE[family] = {run, page}. */
 
 const LIVE = {};
 
@@ -68,11 +68,11 @@ const WORD_MARK = "\u2581";
 /** qkv's tokenizers (qkv/data/tokenizers.py): encode(text) -> ids, tokens(ids), decode(ids).
     Ids 0..3 are the special tokens; decode skips them. */
 function makeTokenizer(spec) {
-  const specials = spec.specials, first = specials.length;
+  const specials = spec.specials, first = specials.length, unknown = specials.indexOf("<unk>");
   if (spec.kind === "char") {
     const ids = new Map(spec.alphabet.map((c, i) => [c, i + first]));
     return {
-      encode: (text) => [...text].map((c) => ids.get(c) ?? 3),
+      encode: (text) => [...text].map((c) => ids.get(c) ?? unknown),
       tokens: (list) => list.map((i) => (i < first ? specials[i]
         : spec.alphabet[i - first] === " " ? WORD_MARK : spec.alphabet[i - first])),
       decode: (list) => list.filter((i) => i >= first).map((i) => spec.alphabet[i - first]).join(""),
