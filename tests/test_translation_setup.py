@@ -7,8 +7,7 @@ import dataclasses
 import pytest
 
 from qkv.tasks.presets import PRESETS
-from qkv.tasks.translation import SIZES, TranslationSetup, build_translation_model
-from qkv.tasks.translation import family_of
+from qkv.tasks.translation import SIZES, TranslationSetup, build_translation_model, family_of
 
 MODELS = ["transformer", "rnn-attention", "rnn"]
 BUILT = [size for size in SIZES if size != "base"]  # base is the paper's 6 + 6: slow to build

@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..explore.live import LIVE_MAX_MB
 from .commands import add_device_option
 from .options import call_with_options
 
@@ -19,7 +20,8 @@ EXAMPLE = (
     "  cat sentences.txt | qkv explore --checkpoint runs/de-en --serve --port 8765\n"
     "  qkv explore --checkpoint runs/clips --test 8 --out clips.html\n"
     "  qkv explore --checkpoint runs/fashion sneaker.png --out fashion.html\n"
-    '  qkv explore --checkpoint runs/lm "And God said" --generate 20 --seed 1 --out lm.html'
+    '  qkv explore --checkpoint runs/lm "And God said" --generate 20 --seed 1 --out lm.html\n'
+    '  qkv explore --checkpoint qkv-demo "3/4/01" --live --out live.html   # type your own dates'
 )
 
 
@@ -68,6 +70,21 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     explore.add_argument("--max-len", type=int, help="the most tokens to generate per input")
     add_sampling_options(explore)
+    explore.add_argument(
+        "--live",
+        action="store_true",
+        help="Transformer and RNN translators, language models: embed the weights and a "
+        "forward pass in the page, so typed inputs are recomputed in the browser, offline "
+        "(window.qkvLive.run; docs/explorer.md)",
+    )
+    explore.add_argument(
+        "--live-max-mb",
+        type=float,
+        default=LIVE_MAX_MB,
+        metavar="MB",
+        help=f"with --live: the most megabytes of float32 weights to embed (default: "
+        f"{LIVE_MAX_MB:g}); a larger model gets a static page and one line saying so",
+    )
     add_device_option(explore)
     explore.add_argument(
         "--serve",
@@ -126,12 +143,20 @@ def _explore(args: argparse.Namespace) -> int:
         check_page_path(args.out)
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port {args.port} must be between 0 (any free port) and 65535")
+    if not args.live_max_mb > 0:
+        raise InputError(f"--live-max-mb {args.live_max_mb:g} must be a positive number of MB")
     if args.pretrained:
-        data = _pretrained_data(args)
+        data, model, tokenizer = _pretrained_data(args)
         for page in data["inputs"]:
             print(f"{page['name']} -> {len(page['source_tokens'])} tokens")
+        _make_live(args, data, model, tokenizer)
         return _write_page(args, data)
     model_type = checkpoint_model_type(args.checkpoint)
+    if args.live and explorer_of_type(model_type).live is None:
+        raise InputError(
+            "--live is for Transformer and RNN translators and language models; this "
+            f"checkpoint is a {model_type!r} model: write a static page"
+        )
     if args.generate and not explorer_of_type(model_type).generates:
         raise InputError("--generate N is for language models; this checkpoint decodes")
     if args.vectors is not None and not explorer_of_type(model_type).vectors:
@@ -144,13 +169,23 @@ def _explore(args: argparse.Namespace) -> int:
     else:
         if args.test is not None:
             raise InputError("--test N is for classifiers; pass sentences or image files")
-        data = _decoder_data(args, model_type)
+        data, model, tokenizer = _decoder_data(args, model_type)
+        _make_live(args, data, model, tokenizer)
     for page in data["inputs"]:
         truth = page.get("truth_tokens")
         print(
             f"{page['name']} -> {page['output']}" + (f" (true: {' '.join(truth)})" if truth else "")
         )
     return _write_page(args, data)
+
+
+def _make_live(args: argparse.Namespace, data: dict, model, tokenizer) -> None:
+    """With --live, the weights and forward pass into the page, or one line saying why not."""
+    from ..explore import add_live
+
+    if args.live:
+        why_not = add_live(data, model, tokenizer, max_mb=args.live_max_mb)
+        print(why_not or f"live page: {data['live']['mb']:.1f} MB of weights embedded")
 
 
 def _write_page(args: argparse.Namespace, data: dict) -> int:
@@ -163,7 +198,7 @@ def _write_page(args: argparse.Namespace, data: dict) -> int:
     return 0
 
 
-def _pretrained_data(args: argparse.Namespace) -> dict:
+def _pretrained_data(args: argparse.Namespace) -> tuple[dict, object, object]:
     from ..errors import InputError
     from ..explore import explore, load_folder
 
@@ -177,10 +212,11 @@ def _pretrained_data(args: argparse.Namespace) -> dict:
         explore, args, loaded.model, inputs, tokenizer=loaded.tokenizer, eos_ids=loaded.eos_ids
     )
     data["model"]["architecture"] = loaded.architecture
-    return data
+    return data, loaded.model, loaded.tokenizer
 
 
-def _decoder_data(args: argparse.Namespace, model_type: str) -> dict:
+def _decoder_data(args: argparse.Namespace, model_type: str) -> tuple[dict, object, object]:
+    """The page's data, the model and its tokenizer."""
     from ..errors import InputError
     from ..explore import explore
     from ..tasks import ImageCaptioner, Translator
@@ -194,18 +230,21 @@ def _decoder_data(args: argparse.Namespace, model_type: str) -> dict:
         from ..tasks.lm import load_lm
 
         lm = load_lm(args.checkpoint, device=args.device)
-        return call_with_options(explore, args, lm.model, inputs, tokenizer=lm.tokenizer)
+        data = call_with_options(explore, args, lm.model, inputs, tokenizer=lm.tokenizer)
+        return data, lm.model, lm.tokenizer
     if model_type == "captioner":
         captioner = ImageCaptioner.from_checkpoint(args.checkpoint, device=args.device)
         images = captioner.load_images(inputs)
         names = [Path(path).name for path in inputs]
-        return call_with_options(
+        data = call_with_options(
             explore, args, captioner.model, images, tokenizer=captioner.vocab, names=names
         )
+        return data, captioner.model, captioner.vocab
     translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
-    return call_with_options(
+    data = call_with_options(
         explore, args, translator.model, inputs, tokenizer=translator.tokenizer
     )
+    return data, translator.model, translator.tokenizer
 
 
 def _classifier_data(args: argparse.Namespace) -> dict:

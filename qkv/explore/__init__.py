@@ -17,6 +17,7 @@ from .arrays import plot_attention, text_attention, write_weights
 from .build import explore
 from .extract import classifier_attention, decode_hypotheses, teacher_forced_attention
 from .language import causal_attention, induction_scores
+from .live import LIVE_MAX_MB, add_live, live_entry
 from .page import check_page_path, iframe_html, render_html, write_html
 from .pretrained import FolderTokenizer, load_folder
 from .registry import (
@@ -62,6 +63,9 @@ __all__ = [
     "write_weights",
     "causal_attention",
     "induction_scores",
+    "add_live",
+    "live_entry",
+    "LIVE_MAX_MB",
 ]
 
 

@@ -19,8 +19,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from qkv.data import BOS_ID
+from qkv.data import BOS_ID, EOS_ID, PAD_ID
 from qkv.errors import InputError
+from qkv.models.rnn_decoders import BahdanauDecoder
 
 from .extract import Decoded, decode_hypotheses
 from .registry import ExplorerAdapter, ExploreRequest, register_explorer
@@ -34,6 +35,9 @@ from .views import (
 )
 
 __all__ = ["TransformerAdapter", "RNNAdapter", "CaptionerAdapter", "NoAttention"]
+
+#: The RNN scores script/live/rnn.js computes.
+LIVE_SCORES = ("additive", "dot", "scaled_dot", "general", "bilinear")
 
 BASELINE = (
     "is the baseline without attention: it has no attention weights to explore; "
@@ -108,6 +112,7 @@ class TransformerAdapter(TranslatorAdapter):
 
     kind, views = "transformer", ("encoder", "decoder", "cross")
     vectors = True
+    live = "transformer"
     config_facts = {
         "encoder_layers": "num_encoder_layers",
         "decoder_layers": "num_decoder_layers",
@@ -120,6 +125,25 @@ class TransformerAdapter(TranslatorAdapter):
     def shown(self, hypotheses: list[Decoded], beam: int) -> list[Decoded]:
         return [hypotheses[1] if beam > 1 else hypotheses[0]]
 
+    def live_config(self, model: nn.Module) -> dict[str, Any]:
+        """script/live/transformer.js's facts: sizes, blocks, positions, special ids."""
+        config = model.config
+        return {
+            "d_model": config.d_model,
+            "heads": config.num_heads,
+            "encoder_layers": config.num_encoder_layers,
+            "decoder_layers": config.num_decoder_layers,
+            "activation": config.activation,
+            "norm_first": config.norm_first,
+            "final_norm": config.uses_final_norm,
+            "positions": config.positions,
+            "max_len": config.max_len,
+            "embedding_scale": model.embedding_scale,
+            "eps": config.layer_norm_eps,
+            "encoder_window": config.encoder_window,
+            **_special_ids(),
+        }
+
     def hypothesis_views(
         self, model, source, shown, source_tokens, tokenizer, vectors=None
     ) -> list[dict]:
@@ -131,6 +155,28 @@ class RNNAdapter(TranslatorAdapter):
 
     kind, views = "rnn-attention", ("greedy", "beam N")
     config_facts = {"score": "attention"}
+    live = "rnn"
+
+    def live_config(self, model: nn.Module) -> dict[str, Any]:
+        """script/live/rnn.js's facts: the cell, the layers, which decoder and score."""
+        config = model.config
+        decoder = model.decoder
+        if config.attention not in LIVE_SCORES:
+            raise InputError(
+                f"the live page computes the scores {', '.join(LIVE_SCORES)}, not "
+                f"{config.attention!r}: write a static page"
+            )
+        return {
+            "cell": config.cell,
+            "hidden": config.hidden_dim,
+            "layers": config.num_layers,
+            "decoder": "bahdanau" if isinstance(decoder, BahdanauDecoder) else "luong",
+            "score": config.attention,
+            "input_feeding": bool(getattr(decoder, "input_feeding", False)),
+            "project_keys": isinstance(getattr(decoder.attention, "key_proj", None), nn.Linear),
+            "max_len": config.max_len,
+            **_special_ids(),
+        }
 
     def shown(self, hypotheses: list[Decoded], beam: int) -> list[Decoded]:
         return hypotheses
@@ -139,6 +185,10 @@ class RNNAdapter(TranslatorAdapter):
         self, model, source, shown, source_tokens, tokenizer, vectors=None
     ) -> list[dict]:
         return [alignment_view(model, source, h, source_tokens, tokenizer) for h in shown]
+
+
+def _special_ids() -> dict[str, int]:
+    return {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
 
 
 def _decoding_length(max_len: int | None, source_length: int, limit: int | None, index: int):

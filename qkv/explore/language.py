@@ -81,6 +81,7 @@ class LanguageModelAdapter(ExplorerAdapter):
 
     kind, views = "lm", ("self",)
     generates = vectors = True
+    live = "lm"
     config_facts = {"layers": "num_layers", "heads": "num_heads", "kv_heads": "num_kv_heads"}
 
     def attention_modules(self, model: nn.Module) -> list[nn.Module]:
@@ -92,6 +93,53 @@ class LanguageModelAdapter(ExplorerAdapter):
         if config.window is not None:
             facts["window"] = config.window
         return facts
+
+    def live_config(self, model: nn.Module) -> dict[str, Any]:
+        """script/live/lm.js's facts, read from DecoderLM's config (its state_dict names
+        are the script's: token_embedding, positions.*, blocks.{i}.*, final_norm, output).
+        The script runs the ``gpt`` architecture's components (LayerNorm, an MLP, any of the
+        four position schemes with RoPE's default theta, one window for every layer); a
+        model built from others gets one line and a static page."""
+        config = model.config
+        if config.document_start is not None:
+            raise InputError(
+                "the live page runs one stream; this model restarts positions at each "
+                "document (document_start): write a static page"
+            )
+        unlike = {
+            "norm": config.norm != "layer",
+            "feed_forward": config.feed_forward != "mlp",
+            "activation": config.activation not in ("gelu", "gelu_tanh", "relu"),
+            "qk_norm": config.qk_norm,
+            "embedding_norm": config.embedding_norm,
+            "logit_softcap": config.logit_softcap is not None,
+            "rope_base": config.rope_base != 10000.0 or config.rope_scaling.kind != "default",
+            "window_layers": config.window_layers is not None,
+            "output_bias": config.output_bias not in (None, config.bias),
+            "mlp_bias": config.mlp_bias not in (None, config.bias),
+        }
+        found = [name for name, differs in unlike.items() if differs]
+        if found:
+            raise InputError(
+                f"the live page runs the gpt architecture's components; this model's "
+                f"{', '.join(f'{name}={getattr(config, name)!r}' for name in found)} has no "
+                "live forward pass: write a static page (without --live)"
+            )
+        return {
+            "d_model": config.d_model,
+            "heads": config.num_heads,
+            "kv_heads": config.num_kv_heads,
+            "layers": config.num_layers,
+            "activation": config.activation,
+            "norm_first": config.norm_first,
+            "positions": config.positions,
+            "max_len": config.max_len,
+            "max_positions": model.max_positions,
+            "embedding_scale": model.embedding_scale,
+            "eps": config.norm_eps,
+            "window": config.window,
+            "block": self.block_size(model),
+        }
 
     def windows(self, model: nn.Module) -> list[int | None]:
         """Per layer its sliding window (query i sees keys i - window < j <= i), or None."""

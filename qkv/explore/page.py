@@ -12,6 +12,7 @@ from typing import Any
 from qkv.errors import InputError
 
 from .build import FORMAT
+from .wasm import matmat_base64
 
 __all__ = ["render_html", "iframe_html", "write_html", "check_page_path"]
 
@@ -35,9 +36,21 @@ def _asset(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
-def _script() -> str:
-    parts = [_asset(f"script/{name}") for name in SCRIPT]
-    return '(function () {\n"use strict";\n' + "\n".join(parts) + "})();\n"
+#: A live page's script after the page's own (qkv.explore.live): the shared math, the
+#: family's forward pass (``live/<family>.js``), then the live bar.
+LIVE_SCRIPT = ("live/common.js", "live/{family}.js", "live/page.js")
+
+
+def _script(live: str | None = None) -> str:
+    if live is not None and (
+        not str(live).isidentifier()
+        or not resources.files(__package__).joinpath(f"script/live/{live}.js").is_file()
+    ):
+        raise InputError(f"the page has no live forward pass for {live!r}")
+    names = [*SCRIPT, *(name.format(family=live) for name in LIVE_SCRIPT)] if live else SCRIPT
+    parts = [_asset(f"script/{name}") for name in names]
+    script = '(function () {\n"use strict";\n' + "\n".join(parts) + "})();\n"
+    return script.replace("__WASM_MATMAT__", matmat_base64(), 1) if live else script
 
 
 def render_html(data: dict[str, Any], *, title: str | None = None) -> str:
@@ -52,7 +65,7 @@ def render_html(data: dict[str, Any], *, title: str | None = None) -> str:
     for key, value in (
         ("__TITLE__", html.escape(title)),
         ("__CSS__", _asset("page.css")),
-        ("__JS__", _script()),
+        ("__JS__", _script(data["live"]["family"] if data.get("live") else None)),
         ("__DATA__", payload),
     ):
         page = page.replace(key, value, 1)

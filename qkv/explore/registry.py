@@ -64,6 +64,8 @@ class ExplorerAdapter(ABC):
     takes_labels: whether ``labels=`` (true classes) applies.
     generates: whether ``generate=`` (tokens sampled after each prompt) applies.
     vectors: whether ``vectors=`` (q, k, v of some layers, for the neuron view) applies.
+    live: the family's forward pass in the page (``script/live/<live>.js``), which a live
+        page runs on what the learner types (``qkv.explore.live``); None: no live page.
     """
 
     kind: str
@@ -72,6 +74,7 @@ class ExplorerAdapter(ABC):
     takes_labels: bool = False
     generates: bool = False
     vectors: bool = False
+    live: str | None = None
 
     def refusal(self, model: nn.Module) -> str | None:
         """Why this model has no attention weights to show (with the fix), or None."""
@@ -80,6 +83,11 @@ class ExplorerAdapter(ABC):
     def facts(self, model: nn.Module) -> dict[str, Any]:
         """The page's ``model`` entry beyond ``kind`` and ``class``: the ``config_facts``."""
         return {fact: getattr(model.config, name) for fact, name in self.config_facts.items()}
+
+    def live_config(self, model: nn.Module) -> dict[str, Any]:
+        """What the family's live script reads beside the weights (sizes, ids, options), as
+        JSON-able data; families with ``live`` set override it."""
+        raise NotImplementedError(f"{type(self).__name__} has no live forward pass")
 
     @abstractmethod
     def pages(

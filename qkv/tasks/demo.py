@@ -2,7 +2,8 @@
 
 Trains a small Transformer on the generated ``dates`` task (human-written dates -> ISO
 dates), prints a few translations and the exact-match accuracy on the test split, and
-writes cross-attention heatmaps, one per example.
+writes cross-attention heatmaps, one per example, and a live explorer page beside them
+(``explore-live.html``: type a date and the page recomputes every attention, offline).
 
 What both demos share (this one and ``qkv demo captioning``) lives here too: the training
 budget (:func:`demo_train_config`, the family's recipe for at most 1,500 steps or a few
@@ -23,7 +24,14 @@ from .presets import recipe_for
 from .translation import TranslationSetup, train_translation
 from .translator import Translator, evaluate_translation
 
-__all__ = ["DEMO_TRAIN_CONFIG", "DEMO_THREADS", "demo_train_config", "DemoRun", "run_demo"]
+__all__ = [
+    "DEMO_TRAIN_CONFIG",
+    "DEMO_THREADS",
+    "demo_train_config",
+    "DemoRun",
+    "run_demo",
+    "write_live_page",
+]
 
 
 def demo_train_config(recipe: Recipe, *, max_minutes: float, log_every: int) -> TrainConfig:
@@ -84,6 +92,19 @@ class DemoRun:
         self.say(f"{pictures}  ({elapsed:.0f} s in all)")
 
 
+def write_live_page(translator: Translator, path: str | Path, *, say=print) -> Path:
+    """The explorer page of the demo's examples with the model live in it (``qkv explore
+    --live``): every view, and a bar where the learner types a date of their own."""
+    from ..explore import add_live, explore, write_html
+
+    data = explore(translator.model, EXAMPLES, tokenizer=translator.tokenizer)
+    why_not = add_live(data, translator.model, translator.tokenizer)
+    if why_not is not None:  # the demo's model is a few MB: never, unless resized
+        say(why_not)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return write_html(data, path)
+
+
 def run_demo(
     out_dir: str | Path = "qkv-demo", *, config: TrainConfig = DEMO_TRAIN_CONFIG, say=print
 ) -> dict:
@@ -106,5 +127,7 @@ def run_demo(
     for index, translation in enumerate(translator.translate(EXAMPLES)):
         say(f"  {translation.source!r:>28} -> {translation.text}")
         plot_translation_attention(translator, translation, plots / f"example-{index}.png")
+    page = write_live_page(translator, plots / "explore-live.html", say=say)
+    say(f"live explorer (type your own dates; opens offline): {page}")
     demo.finish(f"attention heatmaps: {plots}/example-*.png")
     return {"exact_match": scores.exact_match, "bleu": scores.bleu, "steps": result.steps}

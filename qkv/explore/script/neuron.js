@@ -82,8 +82,8 @@ function renderNeuron(x, v, s) {
   if (typeof s.head !== "number") { note.textContent = "choose one head to see its steps"; return; }
   const steps = neuronSteps(vec, s.head, i, v.causal, v.windows?.[s.layer]);
   neuronState = { layer: s.layer, head: s.head, query: i, first: steps.first, scores: steps.scores, weights: steps.weights, z: steps.z, steps };
-  note.textContent = `z_i = \u03a3_j softmax_j(q_i\u00b7k_j / \u221a${steps.q.length}) v_j, from q, k, v stored ` +
-    "to 5 significant digits; click a token to choose the query";
+  note.textContent = `z_i = \u03a3_j softmax_j(q_i\u00b7k_j / \u221a${steps.q.length}) v_j, from q, k, v ` +
+    (x.live ? "computed in this page" : "stored to 5 significant digits") + "; click a token to choose the query";
   const kTop = magnitude(steps.keys), pTop = magnitude(steps.products), vTop = magnitude(steps.values);
   const table = document.createElement("table");
   table.className = "neuron";
