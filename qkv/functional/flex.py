@@ -7,7 +7,6 @@ user code ports by changing one import; the tile kernel is in
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import torch
@@ -19,14 +18,19 @@ from .backends.chunked_kernel import compute_dtype
 from .backends.flex_kernel import FlexAttentionFunction, plan_flex
 from .backends.sdpa import keep_nan_rows
 from .block_mask import BlockMask, noop_mask
+from .captures import TensorReads
+from .mask_mods import ModEvaluator, index_range
 from .scores import resolve_scale
 
-__all__ = ["flex_attention", "captured_tensors"]
+__all__ = ["flex_attention"]
 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 #: Tile of a call without a block mask (every block full: no mask is evaluated).
 UNMASKED_BLOCK = 256
+#: Query and key positions of the tile on which a score_mod is first watched for the
+#: tensors it reads (every batch and head).
+PROBE_POSITIONS = 8
 
 
 def flex_attention(
@@ -53,7 +57,7 @@ def flex_attention(
         score_mod: ``(score, b, h, q_idx, kv_idx) -> score``, written for one element (it is
             evaluated on a tile at a time: on broadcast index tensors, or under vmap when
             that would not be elementwise).  Tensors it captures that require grad get
-            their gradients.
+            their gradients, however it reaches them (:mod:`.captures`).
         block_mask: from :func:`~qkv.functional.block_mask.create_block_mask` for exactly
             (B or 1, H or 1, Tq, Tk).  Empty blocks are skipped forward and backward; full
             blocks apply no mask; partial blocks evaluate its ``mask_mod`` on the tile.
@@ -88,7 +92,10 @@ def flex_attention(
         raise InputError(f"score_mod must be a function or None, got {type(score_mod).__name__}")
     plan = plan_flex(block_mask, (query.shape, key.shape), scale, score_mod)
     dtype = compute_dtype(query.dtype)
-    captured = captured_tensors(score_mod) if score_mod is not None else []
+    captured = []
+    if score_mod is not None and torch.is_grad_enabled():
+        captured = _score_mod_reads(score_mod, query, key, dtype)
+        plan.score.watch = frozenset(map(id, captured))
     output, lse = FlexAttentionFunction.apply(
         query.to(dtype), key.to(dtype), value.to(dtype), plan, *captured
     )
@@ -150,55 +157,25 @@ def _check_block_mask(block_mask: BlockMask, query: Tensor, key: Tensor) -> None
         )
 
 
+def _score_mod_reads(score_mod: ScoreMod, query: Tensor, key: Tensor, dtype) -> list[Tensor]:
+    """The tensors requiring grad that ``score_mod`` reads (:mod:`.captures`), seen on a
+    small tile of every batch and head: they become inputs of the kernel's autograd node."""
+    (batch, heads, tq, _), tk = query.shape, key.shape[2]
+    rows, cols = min(tq, PROBE_POSITIONS), min(tk, PROBE_POSITIONS)
+    device = query.device
+    index = (
+        index_range(0, batch, device).view(-1, 1, 1, 1),
+        index_range(0, heads, device).view(1, -1, 1, 1),
+        index_range(0, rows, device).view(1, 1, -1, 1),
+        index_range(0, cols, device).view(1, 1, 1, -1),
+    )
+    shape = (batch, heads, rows, cols)
+    scores = torch.zeros(shape, dtype=dtype, device=device)
+    evaluate = ModEvaluator(score_mod, "score_mod")
+    evaluate.reads = TensorReads(score_mod)
+    evaluate((scores,), index, shape)
+    return list(evaluate.reads.found.values())
+
+
 def _describe(t: object) -> str:
     return f"{t.dtype} {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
-
-
-def captured_tensors(fn: Callable) -> list[Tensor]:
-    """The tensors requiring grad that ``fn`` reads: through its closure, defaults and
-    globals, a functools.partial's arguments, a bound method's object, an nn.Module's
-    parameters -- a few levels deep.  They become inputs of the autograd function so that
-    their gradients flow."""
-    found: dict[int, Tensor] = {}
-    seen: set[int] = set()
-
-    def visit(obj: object, depth: int) -> None:
-        if depth > 4 or id(obj) in seen:
-            return
-        seen.add(id(obj))
-        if isinstance(obj, Tensor):
-            if obj.requires_grad:
-                found.setdefault(id(obj), obj)
-            return
-        if isinstance(obj, torch.nn.Module):
-            for parameter in obj.parameters():
-                visit(parameter, depth + 1)
-        if isinstance(obj, functools.partial):
-            for part in (obj.func, *obj.args, *obj.keywords.values()):
-                visit(part, depth + 1)
-        elif isinstance(obj, (list, tuple)):
-            for part in obj:
-                visit(part, depth + 1)
-        elif isinstance(obj, dict):
-            for part in obj.values():
-                visit(part, depth + 1)
-        elif hasattr(obj, "__code__"):  # a Python function
-            for cell in obj.__closure__ or ():
-                try:
-                    visit(cell.cell_contents, depth + 1)
-                except ValueError:  # an empty cell
-                    pass
-            for part in obj.__defaults__ or ():
-                visit(part, depth + 1)
-            names = obj.__code__.co_names
-            for name in names:
-                value = obj.__globals__.get(name)
-                if isinstance(value, Tensor) or hasattr(value, "__code__"):
-                    visit(value, depth + 1)
-        elif hasattr(obj, "__self__"):  # a bound method
-            visit(obj.__self__, depth + 1)
-        elif hasattr(obj, "__dict__") and callable(obj) and not isinstance(obj, type):
-            visit(vars(obj), depth + 1)
-
-    visit(fn, 0)
-    return list(found.values())

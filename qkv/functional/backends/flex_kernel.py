@@ -244,12 +244,14 @@ def _backward(q, k, v, out, lse, grad_out, grad_lse, plan: FlexPlan, captured):
 def _through_score_mod(modified, raw, grad_scores, captured, grad_captured) -> Tensor:
     """dS (w.r.t. the modified, base-e scores) -> dS_raw, adding captured tensors' grads."""
     # modified is in base 2 (LOG2E * s'), P was built from it: dL/d(modified) = dS / LOG2E.
+    if not modified.requires_grad:  # scores from neither the raw score nor a learned tensor
+        return torch.zeros_like(raw)
     inputs = [raw, *captured]
     grads = torch.autograd.grad(modified, inputs, grad_scores / LOG2E, allow_unused=True)
     for n, grad in enumerate(grads[1:]):
         if grad is not None:
             grad_captured[n] = grad if grad_captured[n] is None else grad_captured[n] + grad
-    return grads[0]
+    return torch.zeros_like(raw) if grads[0] is None else grads[0]
 
 
 class FlexAttentionFunction(torch.autograd.Function):
