@@ -153,16 +153,18 @@ def _modified_scores(tile: _Tile, plan: FlexPlan, scores: Tensor, run: _Run) -> 
     return scores if plan.score is None else scores.mul_(LOG2E)
 
 
-def _forward(q: Tensor, k: Tensor, v: Tensor, plan: FlexPlan) -> tuple[Tensor, Tensor]:
+def _forward(q: Tensor, k: Tensor, v: Tensor, plan: FlexPlan) -> tuple[Tensor, Tensor, Tensor]:
     """q (B, H, Tq, Dh), k (Bk, Hkv, Tk, Dh), v (Bk, Hkv, Tk, Dv) -> out (B, H, Tq, Dv),
-    lse (B, H, Tq) (-inf for a query that may attend no key)."""
+    lse (B, H, Tq) and the largest score max_j s_ij (B, H, Tq) (both -inf for a query that
+    may attend no key)."""
     out = q.new_zeros(*q.shape[:3], v.shape[-1])
     lse = q.new_full((*q.shape[:3], 1), float("-inf"))
+    largest = q.new_full((*q.shape[:3], 1), float("-inf"))
     base2 = plan.score is None  # no score_mod to see the scores: fold log2 e into q
     factor = plan.scale * (LOG2E if base2 else 1.0)
     for group in plan.groups:
         slices = _Slices(group, q, k, v)
-        q5, out5, lse5 = slices.five(q), slices.five(out), slices.five(lse)
+        q5, out5, lse5, max5 = map(slices.five, (q, out, lse, largest))
         v_ones = torch.cat([slices.v, slices.v.new_ones(*slices.v.shape[:-1], 1)], -1)
         for bundle in group.bundles:
             biases = bundle_biases(slices, plan, bundle, q.dtype)
@@ -189,7 +191,8 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, plan: FlexPlan) -> tuple[Tensor, T
                 tiny = torch.finfo(q.dtype).tiny
                 _write(acc[..., :-1] / row_sum.clamp(min=tiny), out5, slices, p, bundle)
                 _write(torch.xlogy(1.0, row_sum) + row_max * LN2, lse5, slices, p, bundle)
-    return out, lse.squeeze(-1)
+                _write(row_max * LN2, max5, slices, p, bundle)
+    return out, lse.squeeze(-1), largest.squeeze(-1)
 
 
 def _backward(q, k, v, out, lse, grad_out, grad_lse, plan: FlexPlan, captured):
@@ -255,7 +258,8 @@ def _through_score_mod(modified, raw, grad_scores, captured, grad_captured) -> T
 
 
 class FlexAttentionFunction(torch.autograd.Function):
-    """(query, key, value, plan, *captured) -> (output, lse).
+    """(query, key, value, plan, *captured) -> (output, lse, max_scores); max_scores has no
+    gradient.
 
     Shapes: query (B, H, Tq, Dh); key (Bk, Hkv, Tk, Dh), value (Bk, Hkv, Tk, Dv) with Bk in
     {1, B}, Hkv dividing H; one float dtype (float32 or float64).  ``captured``: tensors
@@ -264,14 +268,15 @@ class FlexAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, plan, *captured):
         query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
-        output, lse = _forward(query, key, value, plan)
+        output, lse, max_scores = _forward(query, key, value, plan)
         ctx.save_for_backward(query, key, value, output, lse, *captured)
+        ctx.mark_non_differentiable(max_scores)
         ctx.plan = plan
-        return output, lse
+        return output, lse, max_scores
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_output, grad_lse):
+    def backward(ctx, grad_output, grad_lse, _grad_max_scores):
         query, key, value, output, lse, *captured = ctx.saved_tensors
         grad_q, grad_k, grad_v, grad_captured = _backward(
             query, key, value, output, lse, grad_output.contiguous(), grad_lse, ctx.plan, captured
