@@ -16,7 +16,6 @@ broadcast index tensors (fast) and, where that does not give the elementwise ans
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import itertools
 import math
 from collections.abc import Callable
@@ -542,16 +541,15 @@ def create_mask(
 
 
 def _positional_arguments(fn: Callable) -> int:
-    """The arguments ``fn`` needs (PyTorch tells a score_mod, 5, from a mask_mod, 4)."""
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
+    """The arguments ``fn`` needs (PyTorch tells a score_mod, 5, from a mask_mod, 4): its
+    code's positional arguments less those with defaults (less ``self`` for a callable
+    object); 4 where there is no code to read (a builtin)."""
+    method = fn if hasattr(fn, "__code__") else getattr(fn, "__call__", None)
+    code = getattr(method, "__code__", None)
+    if code is None:
         return 4
-    return sum(
-        p.default is inspect.Parameter.empty
-        and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        for p in parameters
-    )
+    bound = 1 if hasattr(method, "__self__") else 0
+    return code.co_argcount - len(getattr(method, "__defaults__", None) or ()) - bound
 
 
 def as_block_mask(block_mask: object) -> BlockMask | None:
