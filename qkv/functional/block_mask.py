@@ -544,7 +544,7 @@ def _positional_arguments(fn: Callable) -> int:
     """The arguments ``fn`` needs (PyTorch tells a score_mod, 5, from a mask_mod, 4): its
     code's positional arguments less those with defaults (less ``self`` for a callable
     object); 4 where there is no code to read (a builtin)."""
-    method = fn if hasattr(fn, "__code__") else getattr(fn, "__call__", None)
+    method = fn if hasattr(fn, "__code__") else type(fn).__call__.__get__(fn)
     code = getattr(method, "__code__", None)
     if code is None:
         return 4
