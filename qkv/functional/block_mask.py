@@ -62,6 +62,10 @@ def block_sizes(block_size: int | tuple[int, int]) -> tuple[int, int]:
     return int(pair[0]), int(pair[1])
 
 
+class BlockListsError(InputError, AssertionError):
+    """Block lists that do not fit together (PyTorch asserts the same)."""
+
+
 def sliced_mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
     """The mask_mod of a sliced block mask, which may not be used: slicing rows out of a
     mask loses where they were, so the mask_mod must be set again (with the offset)."""
@@ -108,10 +112,14 @@ class BlockMask:
     def __post_init__(self) -> None:
         if self.kv_indices.dim() < 2:
             raise InputError("BlockMask must have at least 2 dimensions (kv_indices)")
-        if (self.full_kv_num_blocks is None) != (self.full_kv_indices is None):
-            raise InputError(
-                "full_kv_num_blocks and full_kv_indices must be both provided or omitted"
-            )
+        for name in ("kv", "q"):
+            if (getattr(self, f"full_{name}_num_blocks") is None) != (
+                getattr(self, f"full_{name}_indices") is None
+            ):
+                raise BlockListsError(
+                    f"full_{name}_num_blocks and full_{name}_indices must be both provided or "
+                    "omitted"
+                )
         self.seq_lengths = tuple(self.seq_lengths)
         self.BLOCK_SIZE = block_sizes(self.BLOCK_SIZE)
 
@@ -163,7 +171,7 @@ class BlockMask:
         if not isinstance(kv_indices, Tensor) or kv_indices.dim() < 2:
             raise InputError("BlockMask must have at least 2 dimensions (kv_indices)")
         if (full_kv_num_blocks is None) != (full_kv_indices is None):
-            raise InputError(
+            raise BlockListsError(
                 "full_kv_num_blocks and full_kv_indices must be both provided or omitted"
             )
         if dq_kv_order is not None and not isinstance(dq_kv_order, (bool, Tensor)):
