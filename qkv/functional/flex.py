@@ -37,6 +37,7 @@ from .scores import resolve_scale
 
 __all__ = [
     "flex_attention",
+    "flex_engine",
     "AuxRequest",
     "AuxOutput",
     "FlexRuntimeError",
@@ -236,6 +237,13 @@ def _check_options(kernel_options, return_lse: bool, return_aux) -> tuple[bool, 
 
 
 _COMPILED = {}
+
+
+def flex_engine(device: torch.device | str) -> str:
+    """What computes :func:`flex_attention` on ``device`` (``explain_backend`` says it)."""
+    if torch.device(device).type == "cuda":
+        return "PyTorch's compiled FlexAttention (torch.compile of torch's flex_attention)"
+    return "qkv's block-sparse tile kernel (empty blocks skipped, forward and backward)"
 
 
 def _on_cuda(query, key, value, score_mod, block_mask, scale, enable_gqa, return_lse,
