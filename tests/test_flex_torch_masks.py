@@ -134,6 +134,27 @@ def test_a_pytorch_mask_is_read_from_its_blocks_never_evaluated_on_the_whole_gri
     assert as_block_mask(torch_mask).mask_mod is P.causal
 
 
+@pytest.mark.parametrize("pattern", ["window", "documents"])
+def test_a_pytorch_mask_plans_the_same_walk_as_qkvs_own(pattern):
+    """The same tiles, bundled alike, the same quarters of partial blocks: the speed of
+    qkv's own mask carries over (benchmarks/flex_dropin.py times it)."""
+    from qkv.functional.backends.flex_plan import plan_flex, walk_grid
+
+    length = 2048
+    mask_mod = P.sliding_window(256)
+    if pattern == "documents":
+        mask_mod = qkv.and_masks(P.causal, P.document(torch.arange(length) // 512))
+    ours = create_block_mask(mask_mod, None, None, length, length, device="cpu")
+    theirs = as_block_mask(
+        torch_flex.create_block_mask(mask_mod, None, None, length, length, device="cpu")
+    )
+    a, b = walk_grid(ours), walk_grid(theirs)
+    assert a[2] == b[2] and all(torch.equal(x, y) for x, y in zip(a[:2], b[:2], strict=True))
+    shapes = (torch.Size([1, 8, length, 64]),) * 2
+    assert plan_flex(ours, shapes, 0.1, None).groups == plan_flex(theirs, shapes, 0.1, None).groups
+    assert walk_grid(theirs) is b  # kept on the mask: planned once
+
+
 @pytest.mark.parametrize("make", ["torch", "qkv"])
 def test_decoding_slices_one_block_row_per_step(make):
     """A KV cache of 96 positions; step t sees positions <= t: the step's mask is the
