@@ -61,7 +61,7 @@ class TensorReads(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        for t in tree_flatten((args, kwargs))[0]:
+        for t in _tensors(args) if not kwargs else tree_flatten((args, kwargs))[0]:
             if (
                 isinstance(t, Tensor)
                 and t.requires_grad
@@ -70,9 +70,10 @@ class TensorReads(TorchFunctionMode):
             ):
                 self._read(t)
         result = func(*args, **kwargs)
-        for t in tree_flatten(result)[0]:
-            if isinstance(t, Tensor):
-                self._made[id(t)] = t
+        if isinstance(result, Tensor):
+            self._made[id(result)] = result
+        else:
+            self._made.update((id(t), t) for t in tree_flatten(result)[0] if isinstance(t, Tensor))
         return result
 
     def _read(self, t: Tensor) -> None:
@@ -85,6 +86,18 @@ class TensorReads(TorchFunctionMode):
                 "over both tables instead of a Python if)"
             )
         self.found.setdefault(id(t), t)
+
+
+def _tensors(args: tuple) -> list:
+    """The arguments, with those in a list or tuple (``torch.cat([a, b])``) spread out:
+    cheaper than a full pytree walk on the common calls."""
+    found = []
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            found.extend(tree_flatten(a)[0])
+        else:
+            found.append(a)
+    return found
 
 
 def captured_tensors(fn: Callable, *args: Tensor) -> list[Tensor]:

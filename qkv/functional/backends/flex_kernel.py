@@ -202,6 +202,10 @@ def _backward(q, k, v, out, lse, grad_out, grad_lse, plan: FlexPlan, captured):
     delta = ((grad_out * out).sum(-1) - grad_lse).unsqueeze(-1)  # (B, H, Tq, 1)
     grad_q, grad_k, grad_v = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     grad_captured = [None] * len(captured)
+    if plan.score is not None:
+        # The forward watched every tile's reads (:mod:`..captures`); the backward
+        # recomputes the same tiles from the same inputs and reads the same tensors.
+        plan.score.watch = None
     base2 = plan.score is None  # the forward folded log2 e into q
     for group in plan.groups:
         slices = _Slices(group, q, k, v)
