@@ -165,3 +165,28 @@ def test_inputs_pytorch_refuses_raise_its_exception_types():
         flex_attention(q[0], k[0], v[0])
     with pytest.raises(RuntimeError, match="one device"):
         flex_attention(q, k.to("meta"), v)
+
+
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        (flex_attention, torch_flex.flex_attention),
+        (create_block_mask, torch_flex.create_block_mask),
+        (qkv.create_mask, torch_flex.create_mask),
+        (qkv.BlockMask.from_kv_blocks, torch_flex.BlockMask.from_kv_blocks),
+        (qkv.BlockMask.__getitem__, torch_flex.BlockMask.__getitem__),
+        (qkv.BlockMask._adjust, torch_flex.BlockMask._adjust),
+        (qkv.BlockMask.as_tuple, torch_flex.BlockMask.as_tuple),
+        (qkv.BlockMask.to_string, torch_flex.BlockMask.to_string),
+    ],
+    ids=lambda f: getattr(f, "__qualname__", str(f)),
+)
+def test_signatures_are_pytorchs(ours, theirs):
+    """Every parameter of torch 2.13's function, by name, kind and default: a call written
+    for PyTorch binds the same way to qkv's."""
+    import inspect
+
+    def described(fn):
+        return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    assert described(ours) == described(theirs)

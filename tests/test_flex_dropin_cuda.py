@@ -65,3 +65,15 @@ def test_cuda_calls_equal_pytorchs_compiled_flexattention_with_either_block_mask
             torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
     out, aux = flex_attention(q, k, v, return_aux=AuxRequest(lse=True))
     assert aux.lse.shape == (2, 4, 256) and out.device.type == "cuda"
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_a_cuda_block_mask_with_cpu_tensors_raises_runtimeerror_as_pytorch():
+    q = torch.randn(1, 2, 128, 8)
+    for cuda_mask in (
+        create_block_mask(P.causal, None, None, 128, 128, device="cuda"),
+        torch_flex.create_block_mask(P.causal, None, None, 128, 128, device="cuda"),
+    ):
+        with pytest.raises(RuntimeError, match="same device"):
+            flex_attention(q, q, q, block_mask=cuda_mask)
