@@ -189,6 +189,9 @@ def test_indexing_batches_heads_and_query_blocks():
     assert mask[0:2, 1:2].kv_indices.shape == (2, 1, 4, 4)
     rows = torch.tensor([1], dtype=torch.int32)
     assert mask[0:2, 1:2, rows].kv_indices.shape == (2, 1, 1, 4)
+    assert mask[-1].kv_indices.shape == (1, 2, 4, 4)
+    with pytest.raises(IndexError, match="batch index 4"):
+        mask[4]
     first = mask[:, :, torch.tensor([0])]
     torch.testing.assert_close(first.kv_num_blocks, mask.kv_num_blocks[:, :, [0]])
     torch.testing.assert_close(first.full_kv_indices, mask.full_kv_indices[:, :, [0], :])

@@ -66,6 +66,10 @@ class BlockListsError(InputError, AssertionError):
     """Block lists that do not fit together (PyTorch asserts the same)."""
 
 
+class BlockIndexError(InputError, IndexError):
+    """An int index past a block mask's batches, heads or query-block rows."""
+
+
 def sliced_mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
     """The mask_mod of a sliced block mask, which may not be used: slicing rows out of a
     mask loses where they were, so the mask_mod must be set again (with the offset)."""
@@ -240,6 +244,9 @@ class BlockMask:
             )
         sizes = self.kv_num_blocks.shape[:3]
         padded = (*index, *[slice(None)] * (3 - len(index)))
+        for i, n, name in zip(padded, sizes, ("batch", "head", "query-block"), strict=True):
+            if isinstance(i, int) and not -n <= i < n:
+                raise BlockIndexError(f"{name} index {i} is out of range for a mask of {n}")
         index = tuple(
             slice(i % n, i % n + 1) if isinstance(i, int) else i
             for i, n in zip(padded, sizes, strict=True)
