@@ -7,6 +7,8 @@ import warnings
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.nn.attention import flex_attention as torch_flex
 
 import qkv
@@ -263,3 +265,47 @@ def test_masks_for_another_call_raise_pytorchs_exception_types():
         assert isinstance(error.value, QkvError)
     with pytest.raises(QkvError, match="must be a BlockMask"):
         flex_attention(q, k, v, block_mask=torch.ones(64, 64, dtype=torch.bool))
+
+
+def test_a_score_mod_given_to_create_block_mask_is_refused_as_pytorch():
+    softcap = lambda s, b, h, i, j: s  # noqa: E731
+    for create in (torch_flex.create_block_mask, create_block_mask):
+        with pytest.raises(AssertionError, match="mask_mod"):
+            create(softcap, None, None, 32, 32, device="cpu")
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    data=st.data(),
+    block_q=st.integers(1, 24),
+    block_k=st.integers(1, 24),
+    tq=st.integers(1, 60),
+    tk=st.integers(1, 60),
+    separate=st.booleans(),
+)
+def test_any_block_lists_in_any_order_and_any_block_size(data, block_q, block_k, tq, tk, separate):
+    """PyTorch's from_kv_blocks with random partial / full grids, the lists shuffled:
+    attention sees exactly (partial blocks where the mask_mod allows) | full blocks."""
+    n_q, n_k = -(-tq // block_q), -(-tk // block_k)
+    seed = data.draw(st.integers(0, 2**16))
+    gen = torch.Generator().manual_seed(seed)
+    kind = torch.randint(0, 3, (1, 2, n_q, n_k), generator=gen)  # 0 empty, 1 partial, 2 full
+    if not separate:
+        kind = kind.clamp(max=1)
+
+    def lists(grid):
+        count = grid.sum(-1, dtype=torch.int32)
+        keys = torch.rand(grid.shape, generator=gen) - 2.0 * grid  # chosen first, shuffled
+        return count, keys.argsort(-1).to(torch.int32)
+
+    partial, full = kind == 1, kind == 2
+    mask_mod = lambda b, h, i, j: (i + 2 * j + h) % 3 != 0  # noqa: E731
+    block_mask = torch_flex.BlockMask.from_kv_blocks(
+        *lists(partial), *(lists(full) if separate else (None, None)),
+        BLOCK_SIZE=(block_q, block_k), mask_mod=mask_mod, seq_lengths=(tq, tk),
+    )  # fmt: skip
+    grid = lambda g: g.repeat_interleave(block_q, 2).repeat_interleave(block_k, 3)  # noqa: E731
+    allowed = (grid(partial) & dense(mask_mod, 1, 2, n_q * block_q, n_k * block_k)) | grid(full)
+    q, k, v = (t[:1].detach() for t in inputs(batch=1, heads=2, tq=tq, tk=tk))
+    out = flex_attention(q, k, v, block_mask=block_mask)
+    torch.testing.assert_close(out, reference(q, k, v, allowed[..., :tq, :tk]))

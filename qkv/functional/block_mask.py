@@ -487,6 +487,11 @@ def create_block_mask(
         raise InputError(
             f"mask_mod must be a function (b, h, q_idx, kv_idx) -> bool, got {mask_mod!r}"
         )
+    if _positional_arguments(mask_mod) == 5:
+        raise BlockListsError(
+            "create_block_mask needs a mask_mod (b, h, q_idx, kv_idx) -> bool, got a function "
+            "of 5 arguments (a score_mod?): pass it to flex_attention as score_mod instead"
+        )
     if not isinstance(dq_kv_order, bool):
         raise InputError("dq_kv_order must be a bool when using create_block_mask")
     if device is None:
