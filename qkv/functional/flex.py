@@ -258,7 +258,8 @@ def _on_cuda(query, key, value, score_mod, block_mask, scale, enable_gqa, return
             mask_mod=block_mask.mask_mod,
         )  # fmt: skip
     if "compiled" not in _COMPILED:
-        _COMPILED["compiled"] = torch.compile(torch_flex.flex_attention, dynamic=False)
+        # compiled once per process; shapes that change (decoding) recompile as dynamic ones
+        _COMPILED["compiled"] = torch.compile(torch_flex.flex_attention)
     kwargs = {} if return_aux is None else {"return_aux": return_aux}
     return _COMPILED["compiled"](
         query, key, value, score_mod, block_mask, scale, enable_gqa, return_lse,
