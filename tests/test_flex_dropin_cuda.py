@@ -77,3 +77,34 @@ def test_a_cuda_block_mask_with_cpu_tensors_raises_runtimeerror_as_pytorch():
     ):
         with pytest.raises(RuntimeError, match="same device"):
             flex_attention(q, q, q, block_mask=cuda_mask)
+
+
+def test_the_handover_builds_pytorchs_mask_and_call(monkeypatch):
+    """What a CUDA call hands PyTorch, checked on the CPU with PyTorch's eager function in
+    place of the compiled one: a qkv BlockMask arrives as PyTorch's with the same lists, and
+    the answer (with PyTorch's AuxOutput) equals qkv's own kernel's."""
+    import warnings
+
+    from qkv.functional import flex as flex_module
+
+    seen = []
+
+    def eager(*args, **kwargs):
+        seen.append(args[4])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch_flex.flex_attention(*args, **kwargs)
+
+    monkeypatch.setitem(flex_module._COMPILED, "compiled", eager)
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 4, 96, 16, generator=gen) for _ in "qkv")
+    mask = create_block_mask(P.sliding_window(20), None, None, 96, 96, BLOCK_SIZE=32)
+    request = torch_flex.AuxRequest(lse=True)
+    out, aux = flex_module._on_cuda(q, k, v, P.softcap(4.0), mask, None, False, False,
+                                    {"BLOCK_M": 64}, request)  # fmt: skip
+    assert type(seen[0]) is torch_flex.BlockMask
+    torch.testing.assert_close(seen[0].to_dense(), mask.to_dense())
+    ours, our_aux = flex_attention(q, k, v, P.softcap(4.0), mask, return_aux=request)
+    assert type(aux) is type(our_aux) is torch_flex.AuxOutput
+    torch.testing.assert_close(out, ours, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(aux.lse, our_aux.lse, atol=1e-5, rtol=1e-5)
