@@ -288,3 +288,33 @@ def test_a_mask_for_other_lengths_raises_valueerror():
     mask = create_block_mask(causal, None, None, 511, 511)
     with pytest.raises(ValueError, match="block_mask was created for"):
         flex_attention(q[:, :, :512], q[:, :, :512], q[:, :, :512], block_mask=mask)
+
+
+def test_pagedattention_block_masks_over_a_shared_page_cache():
+    """PyTorch's PagedAttention: two sequences' keys scattered over interleaved pages of one
+    cache (a key/value batch of 1 for both query batches); its converted block mask lists
+    physical pages out of order, its converted mask_mod and score_mod map them back.  The
+    answer, and the gradient of the queries, equal attention over the logical keys."""
+    paged_module = pytest.importorskip("torch.nn.attention.experimental._paged_attention")
+    page, pages, length, heads = 16, 8, 64, 2
+    cache = paged_module.PagedAttention(pages, page, 2, device="cpu")
+    for reach in (32, 64):  # pages taken in turn: batch 0 and 1 interleave
+        for b in (0, 1):
+            cache.reserve(torch.tensor(b), torch.tensor(reach))
+    assert cache.page_table[:, :4].tolist() == [[1, 0, 5, 4], [3, 2, 7, 6]]  # out of order
+    gen = torch.Generator().manual_seed(6)
+    k, v = (torch.randn(2, heads, length, 8, generator=gen, dtype=torch.float64) for _ in "kv")
+    k_cache, v_cache = (torch.zeros(1, heads, pages * page, 8, dtype=torch.float64) for _ in "kv")
+    positions = torch.arange(length).expand(2, length)
+    cache.assign(torch.arange(2), positions, k, v, k_cache, v_cache)
+    logical = torch_flex.create_block_mask(causal, 2, 1, length, length, "cpu", BLOCK_SIZE=page)
+    physical = cache.convert_logical_block_mask(logical)
+    physical.mask_mod = cache.get_mask_mod(causal)
+    score_mod = cache.get_score_mod(relative)
+    q = torch.randn(2, heads, length, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    out = flex_attention(q, k_cache, v_cache, score_mod=score_mod, block_mask=physical)
+    want = reference(q, k, v, relative, causal)
+    torch.testing.assert_close(out, want)
+    grad = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    got, expected = (torch.autograd.grad((o * grad).sum(), q)[0] for o in (out, want))
+    torch.testing.assert_close(got, expected)
