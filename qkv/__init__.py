@@ -2,12 +2,15 @@
 
 from . import functional, layers
 from .functional import (
+    AuxOutput,
+    AuxRequest,
     BlockMask,
     and_masks,
     attention,
     attention_with_weights,
     causal_mask,
     create_block_mask,
+    create_mask,
     explain_backend,
     flex_attention,
     masked_softmax,
@@ -76,7 +79,10 @@ __all__ = [
     "attention",
     "flex_attention",
     "create_block_mask",
+    "create_mask",
     "BlockMask",
+    "AuxRequest",
+    "AuxOutput",
     "and_masks",
     "or_masks",
     "noop_mask",

@@ -53,9 +53,10 @@ def test_the_windowed_lm_and_its_rolling_cache_on_the_device(device):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 def test_forward_and_backward_equal_pytorchs_compiled_flex_attention_on_cuda():
-    """On a GPU PyTorch's FlexAttention compiles and trains: the same mask and score
-    functions give the same output and the same gradients of q, k, v and of a captured
-    learned bias in both."""
+    """On a GPU PyTorch's FlexAttention compiles and trains (and qkv.flex_attention hands
+    CUDA calls to it): the same mask and score functions give, with qkv's tile kernel on
+    the CPU, the same output and the same gradients of q, k, v and of a captured learned
+    bias as PyTorch's compiled kernel on the GPU."""
     from torch.nn.attention import flex_attention as torch_flex
 
     from qkv.functional import patterns as P
@@ -63,27 +64,36 @@ def test_forward_and_backward_equal_pytorchs_compiled_flex_attention_on_cuda():
     compiled = torch.compile(torch_flex.flex_attention, dynamic=False)
     length, heads = 384, 4
     generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, heads, length, 64, generator=generator).cuda() for _ in range(3))
-    documents = (torch.arange(length) // 100).cuda()
-    table = (0.1 * torch.randn(heads, 33, generator=generator)).cuda()
-    slopes = qkv.functional.alibi_slopes(heads).cuda()
-    cases = {
-        "window+alibi": (qkv.and_masks(P.causal, P.sliding_window(70)), lambda t: P.alibi(slopes)),
-        "document+relative": (P.document(documents), P.relative_bias),
-        "prefix+softcap": (P.prefix_lm(50), lambda t: P.softcap(20.0)),
-    }
-    for name, (mask_mod, make_score) in cases.items():
+    q, k, v = (torch.randn(2, heads, length, 64, generator=generator) for _ in range(3))
+    table = 0.1 * torch.randn(heads, 33, generator=generator)
+
+    def cases(device):
+        documents = (torch.arange(length) // 100).to(device)
+        slopes = qkv.functional.alibi_slopes(heads).to(device)
+        return {
+            "window+alibi": (
+                qkv.and_masks(P.causal, P.sliding_window(70)),
+                lambda t: P.alibi(slopes),
+            ),
+            "document+relative": (P.document(documents), P.relative_bias),
+            "prefix+softcap": (P.prefix_lm(50), lambda t: P.softcap(20.0)),
+        }
+
+    runs = (
+        (qkv.flex_attention, qkv.create_block_mask, "cpu"),
+        (compiled, torch_flex.create_block_mask, "cuda"),
+    )
+    for name in cases("cpu"):
         results = []
-        for flex, make_mask in (
-            (qkv.flex_attention, qkv.create_block_mask),
-            (compiled, torch_flex.create_block_mask),
-        ):
-            learned = table.clone().requires_grad_()
-            inputs = [t.clone().requires_grad_() for t in (q, k, v)]
-            block_mask = make_mask(mask_mod, None, None, length, length, device="cuda")
+        for flex, make_mask, device in runs:
+            mask_mod, make_score = cases(device)[name]
+            learned = table.clone().to(device).requires_grad_()  # a leaf on each device
+            inputs = [t.clone().to(device).requires_grad_() for t in (q, k, v)]
+            block_mask = make_mask(mask_mod, None, None, length, length, device=device)
             output = flex(*inputs, score_mod=make_score(learned), block_mask=block_mask)
             output.square().sum().backward()
-            results.append((output, *(t.grad for t in inputs), learned.grad))
+            grads = (output, *(t.grad for t in inputs), learned.grad)
+            results.append([None if g is None else g.detach().cpu() for g in grads])
         for label, ours, theirs in zip(("out", "dq", "dk", "dv", "dtable"), *results):
             if label == "dtable" and theirs is None:
                 continue  # the score function captured no learned tensor

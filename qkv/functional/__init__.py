@@ -12,8 +12,8 @@ from .backends import reference as _reference  # noqa: F401  (registers "referen
 from .backends import sdpa as _sdpa  # noqa: F401  (registers "sdpa")
 from .backends.chunked import chunked_attention, weights_from_lse
 from .backends.reference import attention_weights
-from .block_mask import BlockMask, and_masks, create_block_mask, noop_mask, or_masks
-from .flex import flex_attention
+from .block_mask import BlockMask, and_masks, create_block_mask, create_mask, noop_mask, or_masks
+from .flex import AuxOutput, AuxRequest, flex_attention
 from .heads import merge_heads, repeat_kv, split_heads
 from .masks import causal_mask, from_key_padding_mask, padding_mask
 from .positions import *  # noqa: F403  (re-exported whole: its __all__)
@@ -26,7 +26,10 @@ __all__ = [
     "chunked_attention",
     "flex_attention",
     "create_block_mask",
+    "create_mask",
     "BlockMask",
+    "AuxRequest",
+    "AuxOutput",
     "and_masks",
     "or_masks",
     "noop_mask",

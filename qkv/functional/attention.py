@@ -21,7 +21,7 @@ from .backends.explicit import explicit_attention, supports_explicit
 from .backends.explicit_backend import inspection_weights
 from .block_mask import BlockMask, create_block_mask
 from .checks import check_causal, check_tensors
-from .flex import ScoreMod, flex_attention
+from .flex import ScoreMod, flex_attention, flex_engine
 from .scores import resolve_scale
 
 __all__ = ["attention", "attention_with_weights", "explain_backend"]
@@ -124,7 +124,8 @@ def _route(
     if block_mask is not None or score_mod is not None:
         query, key, value, mask, causal, score, scale, dropout, need_weights = call_args
         _check_flex_call(mask, dropout, need_weights, backend, causal and block_mask is not None)
-        choice = BackendChoice("flex", {name: FLEX_REASON for name in available_backends()})
+        passed_over = {name: FLEX_REASON for name in available_backends()}
+        choice = BackendChoice("flex", passed_over, flex_engine(query.device))
         args = (query, key, value, block_mask, score_mod, causal, score, scale)
         return choice, functools.partial(_flex_call, *args)
     call = make_call(*call_args)

@@ -15,8 +15,11 @@ broadcast index tensors (fast) and, where that does not give the elementwise ans
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from dataclasses import dataclass
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -27,6 +30,9 @@ from .mask_mods import MaskMod, ModEvaluator, and_masks, index_range, noop_mask,
 __all__ = [
     "BlockMask",
     "create_block_mask",
+    "create_mask",
+    "as_block_mask",
+    "sliced_mask_mod",
     "noop_mask",
     "and_masks",
     "or_masks",
@@ -37,6 +43,12 @@ __all__ = [
 
 #: Mask elements evaluated at once while building a block mask (4 MiB of booleans).
 BUILD_ELEMENTS = 1 << 22
+#: The tensor fields of a BlockMask (PyTorch's order).
+_TENSOR_FIELDS = (
+    "kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices", "q_num_blocks",
+    "q_indices", "full_q_num_blocks", "full_q_indices", "dq_write_order",
+    "dq_write_order_full", "dq_kv_order",
+)  # fmt: skip
 
 
 def block_sizes(block_size: int | tuple[int, int]) -> tuple[int, int]:
@@ -50,15 +62,37 @@ def block_sizes(block_size: int | tuple[int, int]) -> tuple[int, int]:
     return int(pair[0]), int(pair[1])
 
 
+class BlockListsError(InputError, AssertionError):
+    """Block lists that do not fit together (PyTorch asserts the same)."""
+
+
+class BlockIndexError(InputError, IndexError):
+    """An int index past a block mask's batches, heads or query-block rows."""
+
+
+def sliced_mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    """The mask_mod of a sliced block mask, which may not be used: slicing rows out of a
+    mask loses where they were, so the mask_mod must be set again (with the offset)."""
+    raise RuntimeError(
+        "Cannot use mask_mod from a sliced BlockMask: set it again from the original mask's, "
+        "shifted to the sliced rows, e.g. sliced.mask_mod = lambda b, h, q, kv: "
+        "mask.mask_mod(b, h, q + offset, kv)"
+    )
+
+
 @dataclass
 class BlockMask:
-    """Which key blocks each query block visits, as PyTorch's ``BlockMask`` (same fields).
+    """Which key blocks each query block visits, as PyTorch's ``BlockMask`` (same fields,
+    same constructor, same methods).
 
     Shapes (Bm, Hm the mask's batch and heads, 1 where it broadcasts; nQ, nK block counts):
         kv_num_blocks (Bm, Hm, nQ), kv_indices (Bm, Hm, nQ, nK): the *partial* key blocks
-        of each query block (the first kv_num_blocks of each row, ascending), int32;
-        full_kv_num_blocks / full_kv_indices: the same for *full* blocks;
-        q_num_blocks / q_indices, full_q_*: the transpose (query blocks per key block).
+        of each query block (the first kv_num_blocks of each row; ascending when qkv built
+        them), int32; full_kv_num_blocks / full_kv_indices: the same for *full* blocks
+        (None: every visited block is partial); q_num_blocks / q_indices, full_q_*: the
+        transpose (query blocks per key block).  dq_write_order, dq_write_order_full,
+        dq_kv_order, dq_kv_order_spt: PyTorch's metadata for a deterministic GPU backward,
+        carried along (the CPU kernel's backward is deterministic without them).
     seq_lengths (Q_LEN, KV_LEN); BLOCK_SIZE (query, key); mask_mod, evaluated on partial
     blocks only.
     """
@@ -72,38 +106,199 @@ class BlockMask:
     q_indices: Tensor | None
     full_q_num_blocks: Tensor | None
     full_q_indices: Tensor | None
-    BLOCK_SIZE: tuple[int, int]
-    mask_mod: MaskMod
+    BLOCK_SIZE: tuple[int, int] = (128, 128)
+    mask_mod: MaskMod = noop_mask
+    dq_write_order: Tensor | None = field(default=None, kw_only=True)
+    dq_write_order_full: Tensor | None = field(default=None, kw_only=True)
+    dq_kv_order: Tensor | None = field(default=None, kw_only=True)
+    dq_kv_order_spt: bool | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.kv_indices.dim() < 2:
+            raise InputError("BlockMask must have at least 2 dimensions (kv_indices)")
+        for name in ("kv", "q"):
+            if (getattr(self, f"full_{name}_num_blocks") is None) != (
+                getattr(self, f"full_{name}_indices") is None
+            ):
+                raise BlockListsError(
+                    f"full_{name}_num_blocks and full_{name}_indices must be both provided or "
+                    "omitted"
+                )
+        self.seq_lengths = tuple(self.seq_lengths)
+        self.BLOCK_SIZE = block_sizes(self.BLOCK_SIZE)
 
     @classmethod
     def from_dense_blocks(
         cls,
         partial: Tensor,
-        full: Tensor,
+        full: Tensor | None,
         seq_lengths: tuple[int, int],
         block_size: tuple[int, int],
         mask_mod: MaskMod,
     ) -> BlockMask:
-        """From boolean (Bm, Hm, nQ, nK) grids of partial and full blocks."""
+        """From boolean (Bm, Hm, nQ, nK) grids of partial and full blocks (``full`` None:
+        no full-block lists, every visited block partial)."""
         kv_num, kv_idx = _ordered(partial)
-        full_kv_num, full_kv_idx = _ordered(full)
         q_num, q_idx = _ordered(partial.transpose(-2, -1))
-        full_q_num, full_q_idx = _ordered(full.transpose(-2, -1))
+        full_kv = full_q = (None, None)
+        if full is not None:
+            full_kv, full_q = _ordered(full), _ordered(full.transpose(-2, -1))
         return cls(
-            tuple(seq_lengths), kv_num, kv_idx, full_kv_num, full_kv_idx, q_num, q_idx,
-            full_q_num, full_q_idx, tuple(block_size), mask_mod,
+            tuple(seq_lengths), kv_num, kv_idx, *full_kv, q_num, q_idx, *full_q,
+            tuple(block_size), mask_mod,
+        )  # fmt: skip
+
+    @classmethod
+    def from_kv_blocks(
+        cls,
+        kv_num_blocks: Tensor,
+        kv_indices: Tensor,
+        full_kv_num_blocks: Tensor | None = None,
+        full_kv_indices: Tensor | None = None,
+        BLOCK_SIZE: int | tuple[int, int] = 128,
+        mask_mod: MaskMod | None = None,
+        seq_lengths: tuple[int, int] | None = None,
+        compute_q_blocks: bool = True,
+        *,
+        dq_write_order: Tensor | None = None,
+        dq_write_order_full: Tensor | None = None,
+        dq_kv_order: Tensor | bool | None = None,
+    ) -> BlockMask:
+        """A block mask from its key-block lists, as PyTorch's ``BlockMask.from_kv_blocks``.
+
+        Shapes: kv_num_blocks (..., nQ), kv_indices (..., nQ, nK) (the first kv_num_blocks
+        of each row are the visited blocks, in any order); the same for the full blocks.
+        ``seq_lengths`` defaults to (nQ * BLOCK_SIZE[0], nK * BLOCK_SIZE[1]); the
+        transposed lists are made when ``compute_q_blocks``; ``mask_mod`` defaults to
+        :func:`noop_mask`.  ``dq_kv_order``: a bool (a scheduling order) or a tensor, kept.
+        """
+        if not isinstance(kv_indices, Tensor) or kv_indices.dim() < 2:
+            raise InputError("BlockMask must have at least 2 dimensions (kv_indices)")
+        if (full_kv_num_blocks is None) != (full_kv_indices is None):
+            raise BlockListsError(
+                "full_kv_num_blocks and full_kv_indices must be both provided or omitted"
+            )
+        if dq_kv_order is not None and not isinstance(dq_kv_order, (bool, Tensor)):
+            raise InputError(f"dq_kv_order must be a bool, Tensor or None, got {dq_kv_order!r}")
+        bq, bk = block_sizes(BLOCK_SIZE)
+        if seq_lengths is None:
+            seq_lengths = (kv_indices.shape[-2] * bq, kv_indices.shape[-1] * bk)
+        q_lists = full_q_lists = (None, None)
+        if compute_q_blocks:
+            q_lists = _transposed(kv_num_blocks, kv_indices)
+            if full_kv_num_blocks is not None:
+                full_q_lists = _transposed(full_kv_num_blocks, full_kv_indices)
+        return cls(
+            tuple(seq_lengths), kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices,
+            *q_lists, *full_q_lists, (bq, bk), noop_mask if mask_mod is None else mask_mod,
+            dq_write_order=dq_write_order, dq_write_order_full=dq_write_order_full,
+            dq_kv_order=dq_kv_order if isinstance(dq_kv_order, Tensor) else None,
+            dq_kv_order_spt=dq_kv_order if isinstance(dq_kv_order, bool) else None,
         )  # fmt: skip
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """(Bm, Hm, Q_LEN, KV_LEN)."""
-        return (*self.kv_num_blocks.shape[:2], *self.seq_lengths)
+        """(Bm, Hm, Q_LEN, KV_LEN) (fewer leading dimensions for a mask indexed by an int)."""
+        return (*self.kv_indices.shape[:-2], *self.seq_lengths)
+
+    def numel(self) -> int:
+        """Elements of the (Bm, Hm, Q_LEN, KV_LEN) grid the mask describes."""
+        return math.prod(self.shape)
+
+    def as_tuple(self, flatten: bool = True) -> tuple:
+        """The fields in PyTorch's order (what its kernels take); ``flatten`` spreads
+        seq_lengths and BLOCK_SIZE into two ints each."""
+        lengths = tuple(self.seq_lengths) if flatten else (tuple(self.seq_lengths),)
+        sizes = tuple(self.BLOCK_SIZE) if flatten else (tuple(self.BLOCK_SIZE),)
+        return (
+            *lengths, self.kv_num_blocks, self.kv_indices, self.full_kv_num_blocks,
+            self.full_kv_indices, self.q_num_blocks, self.q_indices, self.full_q_num_blocks,
+            self.full_q_indices, self.dq_write_order, self.dq_write_order_full,
+            self.dq_kv_order, self.dq_kv_order_spt, *sizes, self.mask_mod,
+        )  # fmt: skip
+
+    def to(self, device: torch.device | str) -> BlockMask:
+        """A copy with every tensor on ``device`` (this mask is not changed)."""
+        moved = {
+            name: None if value is None else value.to(device)
+            for name, value in vars(self).items()
+            if isinstance(value, Tensor) or (name in _TENSOR_FIELDS and value is None)
+        }
+        return dataclasses.replace(self, **moved)
+
+    def __getitem__(self, index) -> BlockMask:
+        """The mask of some batches, heads or query-block rows, as PyTorch's: ``index``
+        applies to (Bm, Hm, nQ) -- an int keeps its dimension (``mask[0]`` is (1, Hm, nQ)),
+        a slice or index tensor selects -- and seq_lengths stay.  Decoding takes one row
+        per step: ``step = mask[:, :, position // BLOCK_SIZE[0]]``, then sets
+        ``step.seq_lengths = (1, KV_LEN)`` and ``step.mask_mod`` to the original's shifted
+        to ``position`` (the sliced mask's mask_mod raises until then)."""
+        if self.dq_kv_order is not None:
+            raise NotImplementedError(
+                "a BlockMask with a tensor dq_kv_order cannot be sliced; build it again"
+            )
+        index = index if isinstance(index, tuple) else (index,)
+        if len(index) > 3:
+            raise InputError(
+                f"a BlockMask takes at most 3 indices (B, H, query block), got {index}"
+            )
+        sizes = self.kv_num_blocks.shape[:3]
+        padded = (*index, *[slice(None)] * (3 - len(index)))
+        for i, n, name in zip(padded, sizes, ("batch", "head", "query-block"), strict=True):
+            if isinstance(i, int) and not -n <= i < n:
+                raise BlockIndexError(f"{name} index {i} is out of range for a mask of {n}")
+        index = tuple(
+            slice(i % n, i % n + 1) if isinstance(i, int) else i
+            for i, n in zip(padded, sizes, strict=True)
+        )
+        full = (None, None)
+        if self.full_kv_num_blocks is not None:
+            full = (self.full_kv_num_blocks[index], self.full_kv_indices[index])
+        sliced = BlockMask.from_kv_blocks(
+            self.kv_num_blocks[index], self.kv_indices[index], *full,
+            BLOCK_SIZE=self.BLOCK_SIZE, mask_mod=sliced_mask_mod, seq_lengths=self.seq_lengths,
+            compute_q_blocks=self.q_indices is not None,
+        )  # fmt: skip
+        sliced.dq_kv_order_spt = self.dq_kv_order_spt
+        if self.dq_write_order is not None:
+            sliced.dq_write_order, sliced.dq_write_order_full = dq_write_order(
+                sliced, bool(self.dq_kv_order_spt)
+            )
+        return sliced
+
+    def _adjust(self, new_q_len: int, new_kv_len: int) -> BlockMask:
+        """The mask cropped (or its last blocks extended) to (new_q_len, new_kv_len): the
+        blocks of the upper-left corner, the same mask_mod -- right for masks that do not
+        depend on the lengths (causal, a window), as PyTorch's."""
+        if self.dq_kv_order is not None:
+            raise NotImplementedError(
+                "a BlockMask with a tensor dq_kv_order cannot be adjusted; build it again"
+            )
+        bq, bk = self.BLOCK_SIZE
+        rows, cols = -(-new_q_len // bq), -(-new_kv_len // bk)
+        full = (None, None)
+        if self.full_kv_num_blocks is not None:
+            full = _cropped(self.full_kv_num_blocks, self.full_kv_indices, rows, cols)
+        adjusted = BlockMask.from_kv_blocks(
+            *_cropped(self.kv_num_blocks, self.kv_indices, rows, cols), *full,
+            BLOCK_SIZE=self.BLOCK_SIZE, mask_mod=self.mask_mod,
+            seq_lengths=(new_q_len, new_kv_len), compute_q_blocks=self.q_indices is not None,
+        )  # fmt: skip
+        adjusted.dq_kv_order_spt = self.dq_kv_order_spt
+        if self.dq_write_order is not None:
+            adjusted.dq_write_order, adjusted.dq_write_order_full = dq_write_order(
+                adjusted, bool(self.dq_kv_order_spt)
+            )
+        return adjusted
 
     def dense_blocks(self) -> tuple[Tensor, Tensor]:
-        """(partial, full): boolean (Bm, Hm, nQ, nK) grids."""
-        return _dense(self.kv_num_blocks, self.kv_indices), _dense(
-            self.full_kv_num_blocks, self.full_kv_indices
-        )
+        """(partial, full): boolean (Bm, Hm, nQ, nK) grids, nK = ceil(KV_LEN / BLOCK_SIZE[1])
+        (list entries beyond it ignored); full is all False without full-block lists."""
+        n_k = -(-self.seq_lengths[1] // self.BLOCK_SIZE[1])
+        partial = _dense(self.kv_num_blocks, self.kv_indices, n_k)
+        if self.full_kv_num_blocks is None:
+            return partial, torch.zeros_like(partial)
+        return partial, _dense(self.full_kv_num_blocks, self.full_kv_indices, n_k)
 
     def to_dense(self) -> Tensor:
         """(Bm, Hm, nQ, nK) int32: 1 where a block is computed (partial or full), else 0."""
@@ -114,9 +309,10 @@ class BlockMask:
         """The percentage of the (B, H, Q_LEN, KV_LEN) grid in blocks never computed."""
         partial, full = self.dense_blocks()
         rows, cols = self._block_extents()
+        rows, cols = rows[: partial.shape[-2]], cols[: partial.shape[-1]]
         size = rows[:, None] * cols[None, :]  # elements per block, ragged last blocks
         computed = ((partial | full).double() * size).sum().item()
-        total = partial.shape[0] * partial.shape[1] * self.seq_lengths[0] * self.seq_lengths[1]
+        total = math.prod(partial.shape[:-2]) * self.seq_lengths[0] * self.seq_lengths[1]
         return 100.0 * (1.0 - computed / total)
 
     def is_causal(self, batch: int, heads: int) -> bool:
@@ -154,14 +350,22 @@ class BlockMask:
         rows = (tq - torch.arange(0, tq, bq)).clamp(max=bq).double()
         return rows, (tk - torch.arange(0, tk, bk)).clamp(max=bk).double()
 
-    def to_string(self, grid_size: int = 20, limit: int = 4) -> str:
+    def to_string(self, grid_size: int | tuple[int, int] = (20, 20), limit: int = 4) -> str:
         """A picture: a block row per line, two characters per block: '██' full, '░░'
-        partial, '  ' skipped; grids over ``grid_size`` blocks are summarised in cells."""
+        partial, '  ' skipped; grids over ``grid_size`` blocks -- an int, a (rows, columns)
+        pair, or -1 for every block -- are summarised in cells."""
         partial, full = self.dense_blocks()
+        if grid_size == -1:
+            grid = partial.shape[-2:]
+        elif isinstance(grid_size, int):
+            grid = (grid_size, grid_size)
+        else:
+            grid = tuple(grid_size)
         pictures = []
-        for index in itertools.islice(itertools.product(*map(range, partial.shape[:2])), limit):
-            pictures.append(f"{index}\n" + _picture(partial[index], full[index], grid_size))
-        if partial.shape[0] * partial.shape[1] > limit:
+        lead = partial.shape[:-2]
+        for index in itertools.islice(itertools.product(*map(range, lead)), limit):
+            pictures.append(f"{index}\n" + _picture(partial[index], full[index], grid))
+        if math.prod(lead) > limit:
             pictures.append(f"... to_string(limit=N) for more than {limit}")
         return "\n".join(pictures)
 
@@ -171,10 +375,14 @@ class BlockMask:
             f"sparsity={self.sparsity():.2f}%,\n{self.to_string().rstrip()}\n)"
         )
 
+    def __repr__(self) -> str:
+        name = getattr(self.mask_mod, "__name__", repr(self.mask_mod))
+        return f"BlockMask(shape={self.shape}, BLOCK_SIZE={self.BLOCK_SIZE}, mask_mod={name})"
 
-def _picture(partial: Tensor, full: Tensor, grid_size: int) -> str:
+
+def _picture(partial: Tensor, full: Tensor, grid: tuple[int, int]) -> str:
     n_rows, n_cols = partial.shape
-    step_r, step_c = -(-n_rows // grid_size), -(-n_cols // grid_size)
+    step_r, step_c = max(1, -(-n_rows // grid[0])), max(1, -(-n_cols // grid[1]))
     lines = []
     for r in range(0, n_rows, step_r):
         line = ""
@@ -194,12 +402,59 @@ def _ordered(grid: Tensor) -> tuple[Tensor, Tensor]:
     return count, indices.to(torch.int32)
 
 
-def _dense(count: Tensor | None, indices: Tensor | None) -> Tensor:
-    if count is None or indices is None:
-        raise InputError("this BlockMask has no full-block lists; build it with create_block_mask")
+def _dense(count: Tensor, indices: Tensor, n_cols: int) -> Tensor:
+    """(count (..., n), indices (..., n, m)) -> boolean (Bm, Hm, n, n_cols): the first
+    ``count`` entries of each row set (entries at or past ``n_cols`` dropped); fewer than
+    two leading dimensions are filled with 1s."""
+    indices = indices.long()
     used = torch.arange(indices.shape[-1], device=indices.device) < count[..., None]
-    grid = torch.zeros(indices.shape, dtype=torch.bool, device=indices.device)
-    return grid.scatter_(-1, indices.long(), used)
+    used &= (indices >= 0) & (indices < n_cols)
+    grid = torch.zeros((*indices.shape[:-1], n_cols + 1), dtype=torch.bool, device=indices.device)
+    grid.scatter_(-1, torch.where(used, indices, n_cols), used)
+    grid = grid[..., :n_cols]
+    return grid.view(*[1] * (4 - grid.dim()), *grid.shape) if grid.dim() < 4 else grid
+
+
+def _transposed(count: Tensor, indices: Tensor) -> tuple[Tensor, Tensor]:
+    """Key-block lists per query block -> query-block lists per key block (m columns)."""
+    grid = _dense(count, indices, indices.shape[-1])
+    grid = grid.view(*indices.shape[:-2], *grid.shape[-2:])
+    return _ordered(grid.transpose(-2, -1))
+
+
+def _cropped(count: Tensor, indices: Tensor, rows: int, cols: int) -> tuple[Tensor, Tensor]:
+    """The lists of the first ``rows`` query blocks, keeping only key blocks below
+    ``cols`` (each row's kept blocks stay first: the dropped ones are moved behind)."""
+    count, indices = count[..., :rows], indices[..., :rows, :]
+    used = torch.arange(indices.shape[-1], device=indices.device) < count[..., None]
+    kept = used & (indices < cols)
+    order = torch.argsort(kept.to(torch.int8), dim=-1, descending=True, stable=True)
+    indices = indices.gather(-1, order)[..., : max(cols, 1)]
+    return kept.sum(-1, dtype=torch.int32), indices.to(torch.int32).contiguous()
+
+
+def dq_write_order(block_mask: BlockMask, descending: bool) -> tuple[Tensor, Tensor | None]:
+    """PyTorch's deterministic-dQ metadata: for each (key block n, its j-th query block m
+    in the q lists), the rank of n among the key blocks that query block m visits --
+    ascending, or from the last when ``descending``.  Shapes (B, H, nK, nQ) int32, for the
+    partial lists and the full ones (None without full lists)."""
+    if block_mask.q_indices is None:
+        raise InputError("dq_write_order needs the q lists: build the mask with compute_q_blocks")
+    partial, full = block_mask.dense_blocks()
+    n_k = block_mask.q_indices.shape[-2]
+    visited = (partial | full).to(torch.int32)[..., :n_k]  # (B, H, nQ, nK)
+    before = visited.cumsum(-1) - visited  # visited blocks left of n in row m
+    rank = visited.sum(-1, keepdim=True) - 1 - before if descending else before
+
+    def gather(q_indices: Tensor) -> Tensor:  # (B, H, nK, j) -> rank[b, h, m, n]
+        m = q_indices.long().clamp(0, rank.shape[-2] - 1)
+        per_n = rank.transpose(-2, -1).expand(*m.shape[:2], *rank.shape[-1:-3:-1])
+        return per_n.gather(-1, m).to(torch.int32)
+
+    full_order = None
+    if block_mask.full_q_indices is not None:
+        full_order = gather(block_mask.full_q_indices)
+    return gather(block_mask.q_indices), full_order
 
 
 def create_block_mask(
@@ -208,20 +463,39 @@ def create_block_mask(
     H: int | None,
     Q_LEN: int,
     KV_LEN: int,
-    device: torch.device | str = "cpu",
+    device: torch.device | str | None = None,
     BLOCK_SIZE: int | tuple[int, int] = 128,
+    _compile: bool = False,
+    separate_full_blocks: bool = True,
+    compute_dq_write_order: bool = False,
+    dq_kv_order: bool = True,
 ) -> BlockMask:
-    """The block mask of ``mask_mod`` for (B, H, Q_LEN, KV_LEN), as PyTorch's function.
+    """The block mask of ``mask_mod`` for (B, H, Q_LEN, KV_LEN), as PyTorch's function
+    (every argument, with the same meaning).
 
     ``B`` / ``H`` of None build a mask that broadcasts over the batch / heads (``mask_mod``
-    is then evaluated with b = 0 / h = 0 to find the blocks).  ``BLOCK_SIZE`` is an int or
-    a (query, key) pair.  ``mask_mod`` is evaluated on runs of query blocks, at most
-    about 16M elements at a time, never on the whole grid.
+    is then evaluated with b = 0 / h = 0 to find the blocks).  ``device`` None: the current
+    accelerator if there is one, else the CPU (PyTorch's rule).  ``BLOCK_SIZE`` is an int
+    or a (query, key) pair.  ``mask_mod`` is evaluated on runs of query blocks, at most
+    about 4M elements at a time, never on the whole grid -- so ``_compile`` (PyTorch's way
+    to avoid the whole grid) is accepted and not needed.  ``separate_full_blocks=False``
+    lists every visited block as partial (mask_mod applied everywhere, no full lists).
+    ``compute_dq_write_order`` adds PyTorch's deterministic-dQ metadata, in ``dq_kv_order``
+    (True: descending) -- carried for a GPU backward; the CPU backward is deterministic.
     """
     if not callable(mask_mod):
         raise InputError(
             f"mask_mod must be a function (b, h, q_idx, kv_idx) -> bool, got {mask_mod!r}"
         )
+    if _positional_arguments(mask_mod) == 5:
+        raise BlockListsError(
+            "create_block_mask needs a mask_mod (b, h, q_idx, kv_idx) -> bool, got a function "
+            "of 5 arguments (a score_mod?): pass it to flex_attention as score_mod instead"
+        )
+    if not isinstance(dq_kv_order, bool):
+        raise InputError("dq_kv_order must be a bool when using create_block_mask")
+    if device is None:
+        device = torch.accelerator.current_accelerator() or "cpu"
     bq, bk = block_sizes(BLOCK_SIZE)
     for name, value in (("B", B), ("H", H), ("Q_LEN", Q_LEN), ("KV_LEN", KV_LEN)):
         if value is not None and (
@@ -251,9 +525,104 @@ def create_block_mask(
         some, every = _block_any_all(keep, bq, bk)
         partial.append(some & ~every)
         full.append(every)
-    return BlockMask.from_dense_blocks(
-        torch.cat(partial, 2), torch.cat(full, 2), (Q_LEN, KV_LEN), (bq, bk), mask_mod
+    partial, full = torch.cat(partial, 2), torch.cat(full, 2)
+    if not separate_full_blocks:
+        partial, full = partial | full, None
+    block_mask = BlockMask.from_dense_blocks(partial, full, (Q_LEN, KV_LEN), (bq, bk), mask_mod)
+    if compute_dq_write_order:
+        block_mask.dq_write_order, block_mask.dq_write_order_full = dq_write_order(
+            block_mask, dq_kv_order
+        )
+        block_mask.dq_kv_order_spt = dq_kv_order
+    return block_mask
+
+
+def create_mask(
+    mod_fn: Callable,
+    B: int | None,
+    H: int | None,
+    Q_LEN: int,
+    KV_LEN: int,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """The dense (B, H, Q_LEN, KV_LEN) boolean mask of a mask_mod -- or of a score_mod
+    (5 arguments): False where it gives -inf on a score of 0 -- as PyTorch's function.
+    B / H of None give 1; ``device`` None: the current accelerator, else the CPU.
+
+    This evaluates the whole grid (what it is for: a dense mask for SDPA or a check);
+    :func:`create_block_mask` never does."""
+    if device is None:
+        device = torch.accelerator.current_accelerator() or "cpu"
+    batches, heads = B or 1, H or 1
+    shape = (batches, heads, Q_LEN, KV_LEN)
+    index = (
+        index_range(0, batches, device).view(-1, 1, 1, 1),
+        index_range(0, heads, device).view(1, -1, 1, 1),
+        index_range(0, Q_LEN, device).view(1, 1, -1, 1),
+        index_range(0, KV_LEN, device).view(1, 1, 1, -1),
     )
+    if _positional_arguments(mod_fn) == 5:
+        scores = torch.zeros(shape, device=device)
+        return ~ModEvaluator(mod_fn, "score_mod")((scores,), index, shape).isneginf()
+    return ModEvaluator(mod_fn, "mask_mod")((), index, shape).expand(shape).clone()
+
+
+def _positional_arguments(fn: Callable) -> int:
+    """The arguments ``fn`` needs (PyTorch tells a score_mod, 5, from a mask_mod, 4): its
+    code's positional arguments less those with defaults (less ``self`` for a callable
+    object); 4 where there is no code to read (a builtin)."""
+    method = fn if hasattr(fn, "__code__") else type(fn).__call__.__get__(fn)
+    code = getattr(method, "__code__", None)
+    if code is None:
+        return 4
+    bound = 1 if hasattr(method, "__self__") else 0
+    return code.co_argcount - len(getattr(method, "__defaults__", None) or ()) - bound
+
+
+def as_block_mask(block_mask: object) -> BlockMask | None:
+    """qkv's BlockMask for ``block_mask``: itself, or -- for PyTorch's own BlockMask (from
+    its ``create_block_mask`` or ``BlockMask.from_kv_blocks``) -- the same block lists
+    and mask_mod in qkv's class, read from its fields without evaluating the mask.  The
+    result is kept on PyTorch's object and made again only when a field changes (decoding
+    sets ``mask_mod`` and ``seq_lengths`` on a sliced mask every step), so a mask reused
+    every step costs nothing after the first (nor do the kernel's plans kept on it).
+    None for PyTorch's placeholder of "no mask"."""
+    if isinstance(block_mask, BlockMask):
+        return block_mask
+    if not _is_torch_block_mask(block_mask):
+        raise InputError(
+            f"block_mask must be a BlockMask (qkv.create_block_mask or PyTorch's "
+            f"create_block_mask), got {type(block_mask).__name__}"
+        )
+    if tuple(block_mask.BLOCK_SIZE) == (_TORCH_NO_MASK_BLOCK, _TORCH_NO_MASK_BLOCK):
+        return None
+    fields = block_mask.as_tuple(flatten=False)
+    key = tuple(id(x) for x in fields)
+    kept = getattr(block_mask, "_qkv_block_mask", None)
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    converted = BlockMask(
+        *fields[:9], tuple(block_mask.BLOCK_SIZE), block_mask.mask_mod,
+        dq_write_order=block_mask.dq_write_order,
+        dq_write_order_full=block_mask.dq_write_order_full,
+        dq_kv_order=block_mask.dq_kv_order, dq_kv_order_spt=block_mask.dq_kv_order_spt,
+    )  # fmt: skip
+    if getattr(block_mask.mask_mod, "__name__", "") == "_sliced_mask_mod_error":
+        converted.mask_mod = sliced_mask_mod  # same refusal, one place to check it
+    block_mask._qkv_block_mask = (key, converted, fields)  # fields: keeps the ids unique
+    return converted
+
+
+#: The BLOCK_SIZE of PyTorch's placeholder mask for a call without one.
+_TORCH_NO_MASK_BLOCK = 1 << 30
+
+
+def _is_torch_block_mask(obj: object) -> bool:
+    try:
+        from torch.nn.attention.flex_attention import BlockMask as TorchBlockMask
+    except ImportError:  # a torch without FlexAttention has no BlockMask to convert
+        return False
+    return isinstance(obj, TorchBlockMask)
 
 
 def _block_any_all(keep: Tensor, bq: int, bk: int) -> tuple[Tensor, Tensor]:

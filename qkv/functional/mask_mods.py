@@ -15,8 +15,17 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
+from .captures import CaptureError, TensorReads
 
-__all__ = ["MaskMod", "noop_mask", "and_masks", "or_masks", "ModEvaluator", "index_range"]
+__all__ = [
+    "MaskMod",
+    "noop_mask",
+    "and_masks",
+    "or_masks",
+    "ModEvaluator",
+    "ModResultError",
+    "index_range",
+]
 
 MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
@@ -58,6 +67,11 @@ def _check_callables(mods: tuple, name: str) -> None:
             raise InputError(f"{name} takes mask_mod functions, got {type(mod).__name__}")
 
 
+class ModResultError(InputError, RuntimeError):
+    """A mask_mod or score_mod that does not give one value per element (PyTorch raises a
+    RuntimeError for the same mistake; this is also qkv's InputError)."""
+
+
 class ModEvaluator:
     """Evaluates a mask_mod or score_mod on a tile of broadcast index tensors.
 
@@ -67,27 +81,50 @@ class ModEvaluator:
     ``bias[b][h]`` do not give it (the first index adds dimensions), nor does Python
     control flow; then the call is repeated under ``torch.vmap`` over the tile's flattened
     elements, PyTorch's own semantics.  The first tile decides; later tiles take that road.
+
+    A score_mod's result is the tile's scores: one that broadcasts to the tile (a constant)
+    is expanded to it, and one of another dtype (an integer, float64 on float32 scores) is
+    cast to the scores' dtype, as PyTorch's kernels store it.  ``watch``: the ids of the
+    tensors requiring grad the function is known to read (:mod:`.captures`); with it, every
+    call checks that it reads no other.
     """
 
     def __init__(self, fn: Callable, kind: str):
         self.fn, self.kind, self.use_vmap = fn, kind, None
+        self.watch: frozenset[int] | None = None
+
+        self.reads: TensorReads | None = None  # set to record what the function reads
+
+    def _call(self, *args: Tensor) -> Tensor:
+        """The function on ``args``, watched (inside vmap too: there its arguments are
+        vmap's wrappers of them, which the watch knows for the function's own)."""
+        if self.reads is not None:
+            self.reads.given(args)
+            with self.reads:
+                return self.fn(*args)
+        if self.watch is None:
+            return self.fn(*args)
+        with TensorReads(self.fn, self.watch, given=args):
+            return self.fn(*args)
 
     def __call__(self, prefix: tuple[Tensor, ...], index: tuple[Tensor, ...], shape) -> Tensor:
         shape = torch.Size(shape)
         if self.use_vmap is not True:
             try:
-                result = self.fn(*prefix, *index)
+                result = self._call(*prefix, *index)
+            except CaptureError:
+                raise
             except Exception:  # e.g. Python control flow on a tensor: vmap decides below
                 result = None
             if self._fits(result, shape):
                 self.use_vmap = False
-                return self._checked(result)
+                return self._checked(result, prefix, shape)
         return self._vmapped(prefix, index, shape)
 
     def _vmapped(self, prefix: tuple[Tensor, ...], index: tuple[Tensor, ...], shape) -> Tensor:
         flat = [t.expand(shape).reshape(-1) for t in (*prefix, *index)]
         try:
-            result = torch.vmap(self.fn)(*flat)
+            result = torch.vmap(self._call)(*flat)
         except Exception as error:
             if "out of bounds" in str(error) or isinstance(error, IndexError):
                 raise InputError(
@@ -101,29 +138,31 @@ class ModEvaluator:
             ) from error
         if not isinstance(result, Tensor) or result.shape != flat[0].shape:
             got = tuple(result.shape[1:]) if isinstance(result, Tensor) else type(result).__name__
-            raise InputError(
+            raise ModResultError(
                 f"{self.kind} must return one value per element (shape () under vmap), got "
                 f"{got} per element; it must not change the shape of what it is given"
             )
         self.use_vmap = True
-        return self._checked(result.view(shape))
+        return self._checked(result.view(shape), prefix, shape)
 
     def _fits(self, result: object, shape: torch.Size) -> bool:
         if not isinstance(result, Tensor) or result.dim() > len(shape):
             return False
-        if self.kind == "score_mod":
-            return result.shape == shape
         return all(r in (1, s) for r, s in zip(result.shape[::-1], shape[::-1]))
 
-    def _checked(self, result: Tensor) -> Tensor:
-        if self.kind == "mask_mod" and result.dtype != torch.bool:
-            raise InputError(
-                f"mask_mod must return a boolean tensor (True = may attend), got {result.dtype}; "
-                "return a comparison such as q_idx >= kv_idx (or use .bool())"
-            )
-        if self.kind == "score_mod" and not result.is_floating_point():
-            raise InputError(f"score_mod must return floating-point scores, got {result.dtype}")
-        return result
+    def _checked(self, result: Tensor, prefix: tuple[Tensor, ...], shape: torch.Size) -> Tensor:
+        if self.kind == "mask_mod":
+            if result.dtype != torch.bool:
+                raise InputError(
+                    f"mask_mod must return a boolean tensor (True = may attend), got "
+                    f"{result.dtype}; return a comparison such as q_idx >= kv_idx (or .bool())"
+                )
+            return result
+        if result.is_complex():
+            raise InputError(f"score_mod must return real scores, got {result.dtype}")
+        if result.shape != shape:  # a constant, or scores independent of some index
+            result = result.expand(shape).contiguous()
+        return result.to(prefix[0].dtype)
 
 
 def index_range(start: int, stop: int, device: torch.device | str) -> Tensor:

@@ -119,13 +119,16 @@ def available_backends() -> list[str]:
 
 @dataclass(frozen=True)
 class BackendChoice:
-    """The backend a call goes to, and why each faster one was passed over."""
+    """The backend a call goes to, why each faster one was passed over, and -- where a
+    backend has more than one -- the engine that computes it on this device."""
 
     backend: str
     passed_over: dict[str, str] = field(default_factory=dict)
+    engine: str | None = None
 
     def __str__(self) -> str:
         lines = [f"backend: {self.backend}"]
+        lines += [f"  engine: {self.engine}"] if self.engine else []
         lines += [f"  not {name}: {why}" for name, why in self.passed_over.items()]
         return "\n".join(lines)
 

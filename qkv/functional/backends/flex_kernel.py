@@ -153,16 +153,18 @@ def _modified_scores(tile: _Tile, plan: FlexPlan, scores: Tensor, run: _Run) -> 
     return scores if plan.score is None else scores.mul_(LOG2E)
 
 
-def _forward(q: Tensor, k: Tensor, v: Tensor, plan: FlexPlan) -> tuple[Tensor, Tensor]:
+def _forward(q: Tensor, k: Tensor, v: Tensor, plan: FlexPlan) -> tuple[Tensor, Tensor, Tensor]:
     """q (B, H, Tq, Dh), k (Bk, Hkv, Tk, Dh), v (Bk, Hkv, Tk, Dv) -> out (B, H, Tq, Dv),
-    lse (B, H, Tq) (-inf for a query that may attend no key)."""
+    lse (B, H, Tq) and the largest score max_j s_ij (B, H, Tq) (both -inf for a query that
+    may attend no key)."""
     out = q.new_zeros(*q.shape[:3], v.shape[-1])
     lse = q.new_full((*q.shape[:3], 1), float("-inf"))
+    largest = q.new_full((*q.shape[:3], 1), float("-inf"))
     base2 = plan.score is None  # no score_mod to see the scores: fold log2 e into q
     factor = plan.scale * (LOG2E if base2 else 1.0)
     for group in plan.groups:
         slices = _Slices(group, q, k, v)
-        q5, out5, lse5 = slices.five(q), slices.five(out), slices.five(lse)
+        q5, out5, lse5, max5 = map(slices.five, (q, out, lse, largest))
         v_ones = torch.cat([slices.v, slices.v.new_ones(*slices.v.shape[:-1], 1)], -1)
         for bundle in group.bundles:
             biases = bundle_biases(slices, plan, bundle, q.dtype)
@@ -189,7 +191,8 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, plan: FlexPlan) -> tuple[Tensor, T
                 tiny = torch.finfo(q.dtype).tiny
                 _write(acc[..., :-1] / row_sum.clamp(min=tiny), out5, slices, p, bundle)
                 _write(torch.xlogy(1.0, row_sum) + row_max * LN2, lse5, slices, p, bundle)
-    return out, lse.squeeze(-1)
+                _write(row_max * LN2, max5, slices, p, bundle)
+    return out, lse.squeeze(-1), largest.squeeze(-1)
 
 
 def _backward(q, k, v, out, lse, grad_out, grad_lse, plan: FlexPlan, captured):
@@ -199,6 +202,10 @@ def _backward(q, k, v, out, lse, grad_out, grad_lse, plan: FlexPlan, captured):
     delta = ((grad_out * out).sum(-1) - grad_lse).unsqueeze(-1)  # (B, H, Tq, 1)
     grad_q, grad_k, grad_v = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     grad_captured = [None] * len(captured)
+    if plan.score is not None:
+        # The forward watched every tile's reads (:mod:`..captures`); the backward
+        # recomputes the same tiles from the same inputs and reads the same tensors.
+        plan.score.watch = None
     base2 = plan.score is None  # the forward folded log2 e into q
     for group in plan.groups:
         slices = _Slices(group, q, k, v)
@@ -244,16 +251,19 @@ def _backward(q, k, v, out, lse, grad_out, grad_lse, plan: FlexPlan, captured):
 def _through_score_mod(modified, raw, grad_scores, captured, grad_captured) -> Tensor:
     """dS (w.r.t. the modified, base-e scores) -> dS_raw, adding captured tensors' grads."""
     # modified is in base 2 (LOG2E * s'), P was built from it: dL/d(modified) = dS / LOG2E.
+    if not modified.requires_grad:  # scores from neither the raw score nor a learned tensor
+        return torch.zeros_like(raw)
     inputs = [raw, *captured]
     grads = torch.autograd.grad(modified, inputs, grad_scores / LOG2E, allow_unused=True)
     for n, grad in enumerate(grads[1:]):
         if grad is not None:
             grad_captured[n] = grad if grad_captured[n] is None else grad_captured[n] + grad
-    return grads[0]
+    return torch.zeros_like(raw) if grads[0] is None else grads[0]
 
 
 class FlexAttentionFunction(torch.autograd.Function):
-    """(query, key, value, plan, *captured) -> (output, lse).
+    """(query, key, value, plan, *captured) -> (output, lse, max_scores); max_scores has no
+    gradient.
 
     Shapes: query (B, H, Tq, Dh); key (Bk, Hkv, Tk, Dh), value (Bk, Hkv, Tk, Dv) with Bk in
     {1, B}, Hkv dividing H; one float dtype (float32 or float64).  ``captured``: tensors
@@ -262,14 +272,15 @@ class FlexAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, plan, *captured):
         query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
-        output, lse = _forward(query, key, value, plan)
+        output, lse, max_scores = _forward(query, key, value, plan)
         ctx.save_for_backward(query, key, value, output, lse, *captured)
+        ctx.mark_non_differentiable(max_scores)
         ctx.plan = plan
-        return output, lse
+        return output, lse, max_scores
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_output, grad_lse):
+    def backward(ctx, grad_output, grad_lse, _grad_max_scores):
         query, key, value, output, lse, *captured = ctx.saved_tensors
         grad_q, grad_k, grad_v, grad_captured = _backward(
             query, key, value, output, lse, grad_output.contiguous(), grad_lse, ctx.plan, captured
