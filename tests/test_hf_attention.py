@@ -465,3 +465,27 @@ def _root():
     import pathlib
 
     return pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_half_precision_weights_take_the_explicit_route():
+    """attention_with_weights is float32/float64 only: bfloat16 weights are written out,
+    their softmax in float32 as eager's."""
+    case = CASES["llama"]
+    _, ours = pair(case)
+    with torch.no_grad():
+        expected = ours(**case.inputs, output_attentions=True).attentions
+        got = ours.to(torch.bfloat16)(**case.inputs, output_attentions=True).attentions
+    for e, g in zip(expected, got, strict=True):
+        assert g.dtype == torch.bfloat16
+        torch.testing.assert_close(g.float(), e, atol=2e-2, rtol=0)
+
+
+@pytest.mark.parametrize("block_size", [0, -4, 2.5, True])
+def test_register_refuses_a_bad_block_size(block_size):
+    with pytest.raises(InputError, match="block_size"):
+        register(block_size=block_size)
+
+
+def test_enable_refuses_what_is_not_a_transformers_model():
+    with pytest.raises(InputError, match="PreTrainedModel"):
+        enable(torch.nn.Linear(2, 2))

@@ -75,7 +75,8 @@ def attention_forward(
     dropout = float(dropout or 0.0)
     modified = softcap is not None or sinks is not None
     if output_attentions or _collecting_attentions():
-        if not modified and dropout == 0.0 and not _needs_grad(call.bias):
+        written_once = query.dtype in (torch.float32, torch.float64)  # attention_with_weights
+        if written_once and not modified and dropout == 0.0 and not _needs_grad(call.bias):
             output, weights = attention_with_weights(
                 query, key, value, mask=call.dense_or_bias(), causal=call.causal, scale=scale
             )
@@ -325,7 +326,8 @@ def _explicit(
         scores = torch.cat([scores, sink], dim=-1)
         if mask is not None:
             mask = torch.cat([mask.expand(batch, -1, tq, tk), mask.new_ones(batch, 1, tq, 1)], -1)
-    weights = masked_softmax(scores, mask)
+    # half precisions take the softmax in float32, as transformers' eager layers do
+    weights = masked_softmax(scores.float(), mask).to(query.dtype)
     if sinks is not None:
         weights = weights[..., :tk]
     used = F.dropout(weights, p=dropout, training=True) if dropout > 0.0 else weights
