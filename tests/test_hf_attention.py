@@ -411,10 +411,22 @@ def test_register_without_transformers_says_how_to_install(monkeypatch):
 def test_a_model_that_bypasses_the_interface_is_named():
     config = transformers.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=1, n_head=2)
     model = transformers.BloomForCausalLM(config)
-    with pytest.raises(InputError, match=r"BloomForCausalLM.*'eager'/'sdpa' .*remain"):
+    with pytest.raises(
+        InputError, match=r"BloomForCausalLM .*BloomAttention.*'eager'/'sdpa' .*remain"
+    ):
         enable(model)
     for name in ("llama", "t5", "bart", "bert", "clip", "vit", "gpt_oss", "t5gemma"):
         check_model(pair(CASES[name])[1])
+
+
+def test_a_model_that_bypasses_the_interface_in_part_is_warned_about():
+    """GIT's text layers compute attention themselves; its vision tower uses the interface."""
+    config = transformers.GitConfig(
+        vision_config=dict(VISION, num_hidden_layers=1), vocab_size=VOCAB, hidden_size=32,
+        num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+    )  # fmt: skip
+    with pytest.warns(UserWarning, match=r"GitSelfAttention .*GitVisionAttention\) run on qkv"):
+        check_model(transformers.GitForCausalLM(config))
 
 
 def test_enable_switches_a_loaded_model():

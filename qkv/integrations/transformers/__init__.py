@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import warnings
 
 import torch
 
@@ -69,8 +70,10 @@ def enable(model: torch.nn.Module) -> torch.nn.Module:
         raise InputError(
             f"enable() takes a transformers model (a PreTrainedModel), got {type(model).__name__}"
         )
-    transformers = _import_transformers()
-    if NAME not in transformers.AttentionInterface._global_mapping:
+    _import_transformers()
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if NAME not in ALL_ATTENTION_FUNCTIONS.valid_keys():
         register()
     check_model(model)
     model.set_attn_implementation(NAME)
@@ -78,16 +81,26 @@ def enable(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def check_model(model: torch.nn.Module) -> None:
-    """Raise :class:`~qkv.errors.InputError` if an attention layer of ``model`` computes
-    attention itself instead of calling transformers' attention interface (such layers
-    ignore ``attn_implementation``; "eager"/"sdpa" remain what runs them)."""
-    bypassing = sorted({type(m).__name__ for m in model.modules() if _bypasses_interface(type(m))})
-    if bypassing:
+    """Raise :class:`~qkv.errors.InputError` if no attention layer of ``model`` calls
+    transformers' attention interface (the model then ignores ``attn_implementation``;
+    its "eager"/"sdpa" implementations remain what runs it).  Warn, naming them, when only
+    some layers compute attention themselves: those keep doing so, the rest run on qkv."""
+    classes = {type(m) for m in model.modules()}
+    using = sorted(cls.__name__ for cls in classes if _attention_kind(cls) == "interface")
+    bypassing = sorted(cls.__name__ for cls in classes if _attention_kind(cls) == "own")
+    if not using:
+        own = f" (its {', '.join(bypassing)} compute attention themselves)" if bypassing else ""
         raise InputError(
-            f"{type(model).__name__} computes attention in its own layers "
-            f"({', '.join(bypassing)}) instead of transformers' attention interface, so "
-            "attn_implementation='qkv' cannot reach it; its 'eager'/'sdpa' implementations "
-            "remain available"
+            f"{type(model).__name__} has no attention layer that calls transformers' attention "
+            f"interface{own}, so attn_implementation='qkv' cannot reach it; its 'eager'/'sdpa' "
+            "implementations remain available"
+        )
+    if bypassing:
+        warnings.warn(
+            f"{type(model).__name__}: its layers {', '.join(bypassing)} compute attention "
+            f"themselves and keep doing so; its other attention layers ({', '.join(using)}) "
+            "run on qkv",
+            stacklevel=2,
         )
 
 
@@ -95,18 +108,19 @@ _COMPUTES_ATTENTION = re.compile(r"softmax\(|scaled_dot_product_attention\(|badd
 
 
 @functools.cache
-def _bypasses_interface(cls: type) -> bool:
-    """Whether a transformers layer class computes attention (a softmax over scores or a
-    fused attention call) without going through the attention interface.  Wrappers that
-    hold an attention layer, and layers that call the interface, pass."""
+def _attention_kind(cls: type) -> str | None:
+    """How a transformers layer class attends: "interface" (it calls the attention
+    interface), "own" (a softmax over scores or a fused attention call of its own), or None
+    (not an attention layer, or a wrapper holding one)."""
     if "Attention" not in cls.__name__ or not cls.__module__.startswith("transformers.models."):
-        return False
+        return None
     try:
         source = inspect.getsource(cls)
     except (OSError, TypeError):
-        return False
-    uses_interface = "ALL_ATTENTION_FUNCTIONS" in source or "attention_interface" in source
-    return not uses_interface and bool(_COMPUTES_ATTENTION.search(source))
+        return None
+    if "ALL_ATTENTION_FUNCTIONS" in source or "attention_interface" in source:
+        return "interface"
+    return "own" if _COMPUTES_ATTENTION.search(source) else None
 
 
 def _import_transformers():
