@@ -331,6 +331,20 @@ def spy_routes(monkeypatch) -> list[str]:
     return taken
 
 
+@pytest.mark.parametrize("name", ["t5", "bart"])
+def test_a_saved_folder_loads_with_attn_implementation_qkv(name, tmp_path, monkeypatch):
+    """T5 and BART do not declare _supports_attention_backend; transformers 5 lets any
+    registered implementation through from_pretrained all the same."""
+    case = CASES[name]
+    eager, _ = pair(case)
+    eager.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path, attn_implementation="qkv")
+    assert loaded.config._attn_implementation == "qkv"
+    routes = spy_routes(monkeypatch)
+    assert_same(case, eager, loaded.eval(), case.inputs)
+    assert len(routes) == 2 * 3  # encoder self-, decoder self- and cross-attention, 2 layers
+
+
 def test_causal_and_padding_masks_arrive(monkeypatch):
     """Without a mask function transformers would build none: a padded key or a future
     token would then change the outputs of the real, earlier tokens."""
