@@ -515,3 +515,65 @@ def test_register_refuses_a_bad_block_size(block_size):
 def test_enable_refuses_what_is_not_a_transformers_model():
     with pytest.raises(InputError, match="PreTrainedModel"):
         enable(torch.nn.Linear(2, 2))
+
+
+def reference_attention(q, k, v, keep, scale, cap=None, bias=None, sinks=None):
+    """softmax over [capped scores + bias (masked), sink] of float64 tensors, with autograd;
+    grouped key/value heads repeated as transformers' eager does."""
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    scores = q @ k.transpose(-2, -1) * scale
+    if cap is not None:
+        scores = torch.tanh(scores / cap) * cap
+    if bias is not None:
+        scores = scores + bias
+    # a large finite fill, as eager's: rows with nothing to see (padding, compared nowhere)
+    # stay finite, and so do the gradients through them
+    scores = scores.masked_fill(~keep, -1e30)
+    if sinks is not None:
+        sink = sinks.view(1, -1, 1, 1).expand(*scores.shape[:3], 1)
+        scores = torch.cat([scores, sink], -1)
+    weights = torch.softmax(scores, -1)[..., : k.shape[2]]
+    return (weights @ v).transpose(1, 2)
+
+
+@pytest.mark.parametrize(
+    "cap, with_bias, with_sinks",
+    [(None, True, False), (2.0, False, True), (2.0, True, True), (None, False, True)],
+)
+def test_every_score_modification_on_a_window_equals_the_formula(cap, with_bias, with_sinks):
+    """The flex route with soft-capping, an additive bias that learns and sinks, on a padded
+    sliding window that leaves most tiles empty, against the formula in float64: outputs and
+    the gradients of q, k, v, the bias and the sinks."""
+    from transformers.masking_utils import sliding_window_causal_mask_function
+
+    from qkv.integrations.transformers import attention_forward, pattern_mask
+
+    generator = torch.Generator().manual_seed(3)
+
+    def tensor(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64).requires_grad_()
+
+    q, k, v = tensor(2, 4, T, 8), tensor(2, 2, T, 8), tensor(2, 2, T, 8)
+    bias = tensor(1, 4, T, T) if with_bias else None
+    sinks = tensor(4) if with_sinks else None
+    real = padding()
+    mask = pattern_mask(
+        2, T, T, mask_function=sliding_window_causal_mask_function(5), attention_mask=real,
+        local_size=5, block_size=TILE,
+    )  # fmt: skip
+    assert mask.sparse
+    module = torch.nn.Module()
+    got, _ = attention_forward(
+        module, q, k, v, mask, scaling=0.3, softcap=cap, s_aux=sinks, position_bias=bias
+    )
+    keep = mask.dense
+    expected = reference_attention(q, k, v, keep, 0.3, cap, bias, sinks)
+    rows = real.bool()
+    torch.testing.assert_close(got[rows], expected[rows])
+    leaves = [t for t in (q, k, v, bias, sinks) if t is not None]
+    weights = torch.randn(got[rows].shape, generator=generator, dtype=torch.float64)
+    got_grads = torch.autograd.grad((got[rows] * weights).sum(), leaves)
+    expected_grads = torch.autograd.grad((expected[rows] * weights).sum(), leaves)
+    for g, e in zip(got_grads, expected_grads, strict=True):
+        torch.testing.assert_close(g, e)

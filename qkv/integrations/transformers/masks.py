@@ -59,11 +59,28 @@ class PatternMask:
 
     @functools.cached_property
     def dense(self) -> Tensor:
-        """(B, 1, Tq, Tk) bool, True = may attend: exactly the mask transformers' own
-        ``sdpa``/``eager`` implementations would apply."""
+        """(B, 1, Tq, Tk) bool, True = may attend: the mask transformers' own
+        ``sdpa``/``eager`` implementations apply.
+
+        The mask function is evaluated once on broadcast index tensors, as transformers
+        does; one that does not broadcast elementwise goes to transformers' own builder,
+        which runs it under vmap."""
+        batch, _, tq, tk = self.shape
+        device = self.dense_arguments["device"]
+        b = torch.arange(batch, device=device).view(-1, 1, 1, 1)
+        h = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)
+        q = torch.arange(tq, device=device).view(1, 1, -1, 1)
+        kv = torch.arange(tk, device=device).view(1, 1, 1, -1)
+        try:
+            keep = self.mask_mod(b, h, q, kv)
+            broadcasts = torch.broadcast_shapes(keep.shape, self.shape) == self.shape
+            if keep.dtype == torch.bool and broadcasts:
+                return keep.expand(self.shape)
+        except Exception:  # e.g. Python control flow on a tensor: transformers' vmap decides
+            pass
         from transformers.masking_utils import sdpa_mask
 
-        return sdpa_mask(**self.dense_arguments)
+        return sdpa_mask(**{**self.dense_arguments, "use_vmap": True})
 
     @functools.cached_property
     def block_mask(self) -> BlockMask:
