@@ -9,8 +9,10 @@ instead of deciding the form early: a :class:`PatternMask` is one object that be
 dense boolean mask (for PyTorch's fused kernel) or a qkv ``BlockMask`` (for the block-skipping
 flex kernel) on first use, and says which of the two the call should run on
 (:attr:`PatternMask.sparse`).  The decision is made once per forward pass, by the mask's
-block structure, not by model type: a pattern that leaves at least half of the tiles empty
-beyond what a plain causal mask does runs on the tiles it needs.
+block structure, not by model type: plain causal or bidirectional masks with padding stay
+dense (PyTorch's kernel already skips the causal half), and a structured pattern -- a
+window, packed documents, an overlay -- that leaves at least half of its tiles empty runs
+on the tiles it needs.
 """
 
 from __future__ import annotations
