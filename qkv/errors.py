@@ -15,6 +15,7 @@ __all__ = [
     "DataError",
     "MissingFileError",
     "CheckpointError",
+    "MissingDependencyError",
     "RunError",
     "DivergedError",
     "NotFiniteError",
@@ -46,6 +47,11 @@ class MissingFileError(DataError, FileNotFoundError):
 
 class CheckpointError(QkvError):
     """A checkpoint that is missing, corrupt, of the wrong kind or asks for absurd sizes."""
+
+
+class MissingDependencyError(QkvError, ImportError):
+    """An optional library a feature needs is not installed; the message says how to install
+    it.  Also an ``ImportError``, what a failed import raises."""
 
 
 class RunError(QkvError):

@@ -2,7 +2,7 @@
 itself: the test parses it.
 
     functional <- layers <- distributed <- models <- data <- {training, decoding,
-    evaluation, plotting, pretrained} <- explore <- tasks <- cli
+    evaluation, plotting, pretrained, integrations} <- explore <- tasks <- cli
 
 A package may import the packages to its left.  Among the task packages in braces none
 imports another; data comes before them all (training reads batches and tokenizers).
@@ -10,7 +10,8 @@ imports another; data comes before them all (training reads batches and tokenize
 sharding): it runs functional's kernels and sits below the models that call it.
 ``explore`` extracts every model's attention for the explorer page and ``qkv attention``.
 ``tasks`` builds whole jobs from every task package and ``pretrained``; ``cli`` parses and
-calls ``tasks``.  ``qkv.errors`` is plain Python under everything: any module may raise
+calls ``tasks``.  ``integrations`` plugs qkv's kernels into other libraries' interfaces
+(transformers' attention backend) beside the task packages.  ``qkv.errors`` is plain Python under everything: any module may raise
 its errors.  The core (functional, layers) depends on torch alone.
 """
 
