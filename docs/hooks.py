@@ -100,10 +100,13 @@ def module_sections(package: str, root: Path) -> str:
 def on_page_markdown(markdown: str, page, config, files) -> str:
     RunOnce.positions.clear()  # positions count from each page's first block
     root = Path(config.config_file_path).parent
+    markdown = CLI.sub(lambda _: cli_reference(), markdown)
     return MODULES.sub(lambda line: module_sections(line.group(1), root), markdown)
 
 
 def on_post_build(config) -> None:
+    indexes = rewrite_search_indexes(Path(config.site_dir))
+    logging.getLogger("mkdocs.hooks").info("search: formulas as text in %d indexes", indexes)
     logging.getLogger("mkdocs.hooks").info(
         "tutorial code: %d blocks run, %d shown again without running (the other language)",
         len(RunOnce.ran),
@@ -194,3 +197,191 @@ ALTERNATE = re.compile(r'<link rel="alternate" href="[^"]*" hreflang="[^"]*">\n?
 
 def on_post_page(output: str, page, config) -> str:
     return ALTERNATE.sub("", output)
+
+
+#: A page's line ``<!-- command-line reference -->`` becomes the reference of every ``qkv``
+#: command, made from the parsers themselves (qkv.cli.main.build_parser), so that it always
+#: says what the installed command accepts.
+CLI = re.compile(r"^<!-- command-line reference -->$", re.MULTILINE)
+
+
+def _cell(text: str) -> str:
+    """Text for one Markdown table cell: one line, its pipes and markup escaped."""
+    text = " ".join(text.split())
+    for char, entity in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "&#124;")):
+        text = text.replace(char, entity)
+    return text.replace("*", "\\*").replace("_", "\\_").replace("`", "\\`")
+
+
+def _wrapped(text: str, width: int = 88) -> str:
+    """A parser's description as ``--help`` shows it on a terminal of ``width`` columns:
+    prose paragraphs filled, indented lines (the examples) kept as written."""
+    import textwrap
+
+    paragraphs = []
+    for paragraph in text.strip().split("\n\n"):
+        lines = paragraph.splitlines()
+        if any(line.startswith(" ") for line in lines):
+            paragraphs.append(paragraph)
+        else:
+            paragraphs.append(textwrap.fill(" ".join(lines), width))
+    return "\n\n".join(paragraphs)
+
+
+def _flags(action) -> str:
+    if not action.option_strings:
+        return f"`{action.metavar or action.dest}`"
+    formatter_metavar = action.metavar or action.dest.upper()
+    if isinstance(action.metavar, tuple):
+        formatter_metavar = " ".join(action.metavar)
+    takes_value = action.nargs != 0
+    if action.choices is not None and action.metavar is None:
+        formatter_metavar = "{" + ",".join(map(str, action.choices)) + "}"
+    shown = [
+        f"`{flag} {formatter_metavar}`" if takes_value else f"`{flag}`"
+        for flag in action.option_strings
+    ]
+    return ", ".join(shown)
+
+
+def cli_reference() -> str:
+    """The Markdown reference of every command: one section per parser, its description and
+    usage as the command prints them, and a table of its arguments per argument group."""
+    import argparse
+
+    from qkv.cli.main import build_parser
+
+    sections: list[str] = []
+
+    def describe(parser: argparse.ArgumentParser, level: int) -> None:
+        formatter = parser._get_formatter()
+        subcommands = []
+        anchor = parser.prog.replace(" ", "-")
+        sections.append(f"{'#' * level} `{parser.prog}` {{ #{anchor} }}\n")
+        if parser.description:
+            sections.append(f"```text\n{_wrapped(parser.description)}\n```\n")
+        usage = formatter._format_usage(
+            parser.usage, parser._actions, parser._mutually_exclusive_groups, "usage: "
+        )
+        sections.append(f"```text\n{usage.strip()}\n```\n")
+        for group in parser._action_groups:
+            rows = []
+            for action in group._group_actions:
+                if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+                    continue
+                if isinstance(action, argparse._SubParsersAction):
+                    for choice in action._choices_actions:
+                        sub = action.choices[choice.dest]
+                        subcommands.append(sub)
+                        link = f"[`{sub.prog}`](#{sub.prog.replace(' ', '-')})"
+                        rows.append(f"| {link} | {_cell(choice.help or '')} |")
+                    continue
+                rows.append(
+                    f"| {_flags(action)} | {_cell(formatter._expand_help(action) if action.help else '')} |"
+                )
+            if rows:
+                title = group.title or "arguments"
+                sections.append(f"**{title}**\n\n| argument | what it does |\n| --- | --- |")
+                sections.append("\n".join(rows) + "\n")
+        for sub in subcommands:
+            describe(sub, min(level + 1, 4))
+
+    describe(build_parser(), 2)
+    return "\n".join(sections)
+
+
+#: Search snippets are plain text: the index holds each formula as readable text, not TeX.
+TEX_MATH = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+TEX_SYMBOLS = {
+    "sqrt": "√",
+    "top": "ᵀ",
+    "cdot": "·",
+    "times": "×",
+    "sum": "Σ",
+    "prod": "Π",
+    "exp": "exp",
+    "log": "log",
+    "max": "max",
+    "min": "min",
+    "infty": "∞",
+    "approx": "≈",
+    "leq": "≤",
+    "le": "≤",
+    "geq": "≥",
+    "ge": "≥",
+    "neq": "≠",
+    "in": "∈",
+    "to": "→",
+    "rightarrow": "→",
+    "leftarrow": "←",
+    "ldots": "…",
+    "dots": "…",
+    "cdots": "⋯",
+    "alpha": "α",
+    "beta": "β",
+    "gamma": "γ",
+    "delta": "δ",
+    "epsilon": "ε",
+    "theta": "θ",
+    "lambda": "λ",
+    "mu": "μ",
+    "pi": "π",
+    "sigma": "σ",
+    "tau": "τ",
+    "phi": "φ",
+    "omega": "ω",
+    "Delta": "Δ",
+    "Sigma": "Σ",
+    "Omega": "Ω",
+    "odot": "⊙",
+    "otimes": "⊗",
+    "oplus": "⊕",
+    "mid": "|",
+    "lVert": "‖",
+    "rVert": "‖",
+    "Vert": "‖",
+    "pm": "±",
+    "propto": "∝",
+}
+
+
+def tex_to_text(tex: str) -> str:
+    """A formula's TeX as plain text for search snippets: ``\\sqrt{d_k}`` -> ``√d_k``,
+    ``\\frac{a}{b}`` -> ``(a)/(b)``, spacing and sizing commands dropped."""
+    text = re.sub(
+        r"\\sqrt\{([^{}]*)\}",
+        lambda root: "√" + (root[1] if re.fullmatch(r"\w+", root[1]) else f"({root[1]})"),
+        tex,
+    )
+    for _ in range(4):  # nested fractions, innermost first
+        text = re.sub(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}", r"(\1)/(\2)", text)
+    text = re.sub(
+        r"\\(?:mathrm|mathbf|mathit|operatorname|text|textrm|boldsymbol)\{([^{}]*)\}", r"\1", text
+    )
+    text = re.sub(r"\\(?:left|right|big|Big|bigg|Bigg)\b", "", text)
+    text = re.sub(r"\\[,;:! ]|\\q?quad\b", " ", text)
+    text = re.sub(r"\\([A-Za-z]+)", lambda c: TEX_SYMBOLS.get(c.group(1), c.group(1)), text)
+    text = text.replace("\\{", "{").replace("\\}", "}").replace("\\\\", " ")
+    text = re.sub(r"\{([^{}]*)\}", r"\1", text)
+    text = re.sub(r"\{([^{}]*)\}", r"\1", text)
+    return " ".join(text.replace("^ᵀ", "ᵀ").split())
+
+
+def search_text(text: str) -> str:
+    return TEX_MATH.sub(lambda m: tex_to_text(m.group(1) or m.group(2)), text)
+
+
+def rewrite_search_indexes(site_dir: Path) -> int:
+    """Every search index under the site with its formulas as text; returns how many."""
+    import json
+
+    count = 0
+    for index_path in site_dir.rglob("search/search_index.json"):
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+        for doc in index.get("docs", []):
+            for field in ("title", "text"):
+                if field in doc:
+                    doc[field] = search_text(doc[field])
+        index_path.write_text(json.dumps(index, ensure_ascii=False), encoding="utf-8")
+        count += 1
+    return count
