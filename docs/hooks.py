@@ -104,6 +104,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     RunOnce.positions.clear()  # positions count from each page's first block
     root = Path(config.config_file_path).parent
     markdown = CLI.sub(lambda _: cli_reference(), markdown)
+    markdown = notebook_link(markdown, page.file.src_uri)
     return MODULES.sub(lambda line: module_sections(line.group(1), root), markdown)
 
 
@@ -154,6 +155,7 @@ def run_page(path: str | Path, config_file: str | Path = "mkdocs.yml") -> PageRu
 
 
 def on_files(files: Files, config) -> Files:
+    add_notebooks(files, config)
     root = Path(config.config_file_path).parent / GENERATED
     for part in PARTS:
         folder = root / part
@@ -388,3 +390,160 @@ def rewrite_search_indexes(site_dir: Path) -> int:
         index_path.write_text(json.dumps(index, ensure_ascii=False), encoding="utf-8")
         count += 1
     return count
+
+
+# ---------------------------------------------------------------------------------------
+# Each tutorial as a Jupyter notebook, made from the page's own Markdown at build time.
+
+#: A fenced block of the page: its info string and its code.
+FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$\n?", re.MULTILINE | re.DOTALL)
+TUTORIAL = re.compile(r"^tutorials/(\d\d-[\w-]+?)(\.zh)?\.md$")
+
+NOTEBOOK_INTRO = {
+    "en": (
+        "*This notebook is the tutorial page “{title}” of the qkv documentation, made from the "
+        "same source the site runs when it is built. Run the cells in order after "
+        '`pip install -e ".[docs]"` in a clone of qkv. On the site a figure is drawn into the '
+        "page as a PNG; here `show` displays it instead, the only cell that differs.*"
+    ),
+    "zh": (
+        "*本笔记本就是 qkv 文档中的教程页面“{title}”，由网站构建时运行的同一份源文件生成。在 qkv 的克隆目录中执行 "
+        '`pip install -e ".[docs]"` 之后，按顺序运行各个单元格即可。网站上的图是以 PNG 形式嵌进页面的；'
+        "这里改由 `show` 直接显示——这是唯一与网页不同的单元格。*"
+    ),
+}
+
+#: The notebook's version of the pages' hidden figure helper, and of HTML output.
+NOTEBOOK_HELPERS = '''# figures and HTML shown by the notebook itself (on the site they are put into the page)
+import contextlib, io
+import matplotlib.pyplot as plt
+from IPython.display import HTML, display
+
+def show(fig, alt=None):
+    display(fig)
+    plt.close(fig)
+
+@contextlib.contextmanager
+def html_output():
+    """What the block prints is HTML: show it as HTML."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        yield
+    display(HTML(buffer.getvalue()))'''
+
+
+def _notebook_markdown(text: str) -> str:
+    """Markdown of a page for Jupyter: its math delimiters, its links to other pages as
+    links to their HTML."""
+    text = re.sub(r"\\\[(.+?)\\\]", lambda m: f"$${m.group(1).strip()}$$", text, flags=re.DOTALL)
+    text = re.sub(r"\\\((.+?)\\\)", lambda m: f"${m.group(1)}$", text, flags=re.DOTALL)
+    return re.sub(r"\]\(([\w./-]+)\.md(#[\w-]+)?\)", r"](\1.html\2)", text)
+
+
+def _cell(kind: str, text: str, number: int) -> dict:
+    cell = {
+        "cell_type": kind,
+        "id": f"cell-{number}",
+        "metadata": {},
+        "source": text.strip("\n").splitlines(keepends=True),
+    }
+    if kind == "code":
+        cell.update(execution_count=None, outputs=[])
+    return cell
+
+
+def tutorial_notebook(markdown: str, language: str) -> dict:
+    """The notebook (nbformat 4) of a tutorial page: its prose as Markdown cells, each
+    executed block as a code cell (a block that prints HTML runs inside ``html_output()``),
+    the hidden figure helper replaced by the notebook's own."""
+    title = re.search(r"^# (.+)$", markdown, re.MULTILINE).group(1)
+    cells: list[dict] = []
+    position = 0
+    helpers_added = False
+    for fence in FENCE.finditer(markdown):
+        info, code = fence.group(1), fence.group(2)
+        prose = markdown[position : fence.start()]
+        position = fence.end()
+        if 'exec="on"' not in info:  # a block shown, not run: it stays in the prose
+            cells.append(_cell("markdown", _notebook_markdown(prose) + fence.group(0), len(cells)))
+            continue
+        if prose.strip():
+            cells.append(_cell("markdown", _notebook_markdown(prose), len(cells)))
+        if "def show(" in code and "source=" not in info:  # the page's hidden figure helper
+            code = NOTEBOOK_HELPERS
+            helpers_added = True
+        elif 'html="1"' in info:
+            code = "with html_output():\n" + "".join(
+                f"    {line}" if line.strip() else line for line in code.splitlines(True)
+            )
+        cells.append(_cell("code", code, len(cells)))
+    if markdown[position:].strip():
+        cells.append(_cell("markdown", _notebook_markdown(markdown[position:]), len(cells)))
+    if not helpers_added:
+        cells.insert(1, _cell("code", NOTEBOOK_HELPERS, len(cells)))
+    # merge neighbouring Markdown cells (a shown-only block splits the prose)
+    merged: list[dict] = []
+    for cell in cells:
+        if merged and cell["cell_type"] == merged[-1]["cell_type"] == "markdown":
+            merged[-1]["source"] += ["\n", "\n"] + cell["source"]
+        else:
+            merged.append(cell)
+    intro = _cell("markdown", NOTEBOOK_INTRO[language].format(title=title), 0)
+    if merged and merged[0]["cell_type"] == "markdown" and merged[0]["source"][0].startswith("# "):
+        merged[0]["source"][1:1] = ["\n"] + intro["source"] + ["\n"]  # under the title
+    else:
+        merged.insert(0, intro)
+    for number, cell in enumerate(merged):
+        cell["id"] = f"cell-{number}"
+    return {
+        "cells": merged,
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def notebook_name(src_uri: str) -> str | None:
+    """``tutorials/01-self-attention.zh.md`` -> ``tutorials/notebooks/01-self-attention.zh.ipynb``."""
+    match = TUTORIAL.match(src_uri)
+    if match is None:
+        return None
+    return f"tutorials/notebooks/{match.group(1)}{match.group(2) or ''}.ipynb"
+
+
+def add_notebooks(files: Files, config) -> None:
+    import json
+
+    docs = Path(config.docs_dir)
+    for path in sorted((docs / "tutorials").glob("[0-9][0-9]-*.md")):
+        src_uri = path.relative_to(docs).as_posix()
+        name = notebook_name(src_uri)
+        language = "zh" if src_uri.endswith(".zh.md") else "en"
+        notebook = tutorial_notebook(path.read_text(encoding="utf-8"), language)
+        content = json.dumps(notebook, ensure_ascii=False, indent=1) + "\n"
+        files.append(File.generated(config, name, content=content))
+
+
+NOTEBOOK_LINK = {
+    "en": "*This page as a notebook: [{name}](notebooks/{name}) — the same code, to run and change yourself.*",
+    "zh": "*本页的笔记本版本：[{name}](notebooks/{name})——代码相同，可以自己运行和修改。*",
+}
+
+
+def notebook_link(markdown: str, src_uri: str) -> str:
+    """A tutorial's Markdown with the link to its notebook under its title."""
+    name = notebook_name(src_uri)
+    if name is None:
+        return markdown
+    language = "zh" if src_uri.endswith(".zh.md") else "en"
+    link = NOTEBOOK_LINK[language].format(name=name.rsplit("/", 1)[1])
+    return re.sub(
+        r"^(# .+\n)",
+        lambda title: f"{title.group(1)}\n{link}\n",
+        markdown,
+        count=1,
+        flags=re.MULTILINE,
+    )
