@@ -100,10 +100,43 @@ def module_sections(package: str, root: Path) -> str:
     )
 
 
+#: ``::: qkv.x`` alone on a line: a package documented with the names it exports.
+PACKAGE = re.compile(r"^::: (qkv(?:\.\w+)*)\n(?=\S|\n|$)", re.MULTILINE)
+
+
+def shadowed_exports(package: str) -> list[tuple[str, str]]:
+    """The names ``package`` exports that are also one of its submodules' names, as
+    (name, the exported object's path): ``qkv.functional.attention`` is the function
+    ``attention`` at run time, but the documentation's loader (griffe) takes the name for
+    the submodule ``attention.py`` and documents no function under it."""
+    import importlib
+    import inspect
+
+    module = importlib.import_module(package)
+    folder = Path(module.__file__).parent
+    found = []
+    for name in getattr(module, "__all__", ()):
+        value = getattr(module, name, None)
+        if inspect.ismodule(value) or value is None:
+            continue
+        if (folder / f"{name}.py").is_file() or (folder / name / "__init__.py").is_file():
+            found.append((name, f"{value.__module__}.{value.__qualname__}"))
+    return found
+
+
+def shadowed_sections(package: str) -> str:
+    return "".join(
+        f"\n::: {path}\n    options:\n      heading: {package}.{name}\n"
+        f"      toc_label: {name}\n      heading_level: 3\n"
+        for name, path in shadowed_exports(package)
+    )
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     RunOnce.positions.clear()  # positions count from each page's first block
     root = Path(config.config_file_path).parent
     markdown = CLI.sub(lambda _: cli_reference(), markdown)
+    markdown = PACKAGE.sub(lambda line: line.group(0) + shadowed_sections(line.group(1)), markdown)
     markdown = notebook_link(markdown, page.file.src_uri)
     return MODULES.sub(lambda line: module_sections(line.group(1), root), markdown)
 
