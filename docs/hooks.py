@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
+from mkdocs import plugins
 from mkdocs.config import load_config
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
@@ -141,9 +142,42 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     return MODULES.sub(lambda line: module_sections(line.group(1), root), markdown)
 
 
+#: The language plugin builds every language into the same site folder, one after the
+#: other, and leaves one search index for all of them and the last language's 404 page for
+#: everyone.  Each language gets its own: the 404 page each build renders is kept here, and
+#: when the last build is done they are written to their language's root, the joint search
+#: index split in two.
+NOT_FOUND: dict[str, str] = {}
+#: The languages that are not the default, each at ``site/<code>/``.
+OTHER_LANGUAGES = ("zh",)
+
+
+def current_language(config) -> str:
+    i18n = config.plugins.get("i18n")
+    return getattr(i18n, "current_language", None) or "en"
+
+
+def on_post_template(output: str, template_name: str, config) -> str:
+    if template_name == "404.html":
+        NOT_FOUND[current_language(config)] = output
+    return output
+
+
+@plugins.event_priority(-200)  # after the language plugin's own (-100), which builds the rest
 def on_post_build(config) -> None:
-    indexes = rewrite_search_indexes(Path(config.site_dir))
-    logging.getLogger("mkdocs.hooks").info("search: formulas as text in %d indexes", indexes)
+    i18n = config.plugins.get("i18n")
+    if getattr(i18n, "building", False):
+        return  # a language built from inside the first build's on_post_build: not done yet
+    site = Path(config.site_dir)
+    for language, page in NOT_FOUND.items():
+        folder = site if language not in OTHER_LANGUAGES else site / language
+        (folder / "404.html").write_text(page, encoding="utf-8")
+    indexes = split_search_index(site)
+    logging.getLogger("mkdocs.hooks").info(
+        "search: one index per language (%s), formulas as text; 404 pages: %s",
+        ", ".join(indexes),
+        ", ".join(sorted(NOT_FOUND)),
+    )
     logging.getLogger("mkdocs.hooks").info(
         "tutorial code: %d blocks run, %d shown again without running (the other language)",
         len(RunOnce.ran),
@@ -234,7 +268,7 @@ ALTERNATE = re.compile(r'<link rel="alternate" href="[^"]*" hreflang="[^"]*">\n?
 
 
 def on_post_page(output: str, page, config) -> str:
-    return ALTERNATE.sub("", output)
+    return language_base(ALTERNATE.sub("", output), page.file.dest_uri)
 
 
 #: A page's line ``<!-- command-line reference -->`` becomes the reference of every ``qkv``
@@ -409,20 +443,65 @@ def search_text(text: str) -> str:
     return TEX_MATH.sub(lambda m: tex_to_text(m.group(1) or m.group(2)), text)
 
 
-def rewrite_search_indexes(site_dir: Path) -> int:
-    """Every search index under the site with its formulas as text; returns how many."""
+def split_search_index(site: Path) -> list[str]:
+    """The joint search index as one index per language, each at its language's root
+    (``site/search/``, ``site/zh/search/``) with locations relative to that root, and every
+    formula as text.  Returns the languages written."""
     import json
 
-    count = 0
-    for index_path in site_dir.rglob("search/search_index.json"):
-        index = json.loads(index_path.read_text(encoding="utf-8"))
-        for doc in index.get("docs", []):
-            for field in ("title", "text"):
-                if field in doc:
-                    doc[field] = search_text(doc[field])
-        index_path.write_text(json.dumps(index, ensure_ascii=False), encoding="utf-8")
-        count += 1
-    return count
+    joint_path = site / "search" / "search_index.json"
+    joint = json.loads(joint_path.read_text(encoding="utf-8"))
+    written = []
+    for language in ("en", *OTHER_LANGUAGES):
+        prefix = "" if language == "en" else f"{language}/"
+        docs = []
+        for doc in joint["docs"]:
+            location = doc["location"]
+            mine = (
+                location.startswith(prefix)
+                if prefix
+                else not any(location.startswith(f"{other}/") for other in OTHER_LANGUAGES)
+            )
+            if mine:
+                doc = dict(doc, location=location[len(prefix) :])
+                for field in ("title", "text"):
+                    if field in doc:
+                        doc[field] = search_text(doc[field])
+                docs.append(doc)
+        index = dict(joint, docs=docs)
+        index["config"] = dict(joint["config"])
+        if language == "en":
+            index["config"]["lang"] = ["en"]
+        folder = site / prefix / "search"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "search_index.json").write_text(
+            json.dumps(index, ensure_ascii=False), encoding="utf-8"
+        )
+        written.append(f"{language}: {len(docs)} entries")
+    return written
+
+
+#: The page's configuration for Material's script; its ``base`` is where the search index is
+#: fetched from (``base + "search/search_index.json"``) and search results are resolved.
+MATERIAL_CONFIG = re.compile(r'(<script id="__config" type="application/json">)(.*?)(</script>)')
+
+
+def language_base(output: str, dest_uri: str) -> str:
+    """A page of another language gets its language's root as its ``base``, so that it
+    searches its own language's index."""
+    import json
+    import posixpath
+
+    language = dest_uri.split("/", 1)[0]
+    if language not in OTHER_LANGUAGES or "/" not in dest_uri:
+        return output
+
+    def rebase(match: re.Match) -> str:
+        config = json.loads(match.group(2))
+        config["base"] = posixpath.relpath(language, posixpath.dirname(dest_uri))
+        return match.group(1) + json.dumps(config, ensure_ascii=False) + match.group(3)
+
+    return MATERIAL_CONFIG.sub(rebase, output, count=1)
 
 
 # ---------------------------------------------------------------------------------------
