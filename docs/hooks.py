@@ -552,7 +552,7 @@ def _notebook_markdown(text: str) -> str:
     return re.sub(r"\]\(([\w./-]+)\.md(#[\w-]+)?\)", r"](\1.html\2)", text)
 
 
-def _cell(kind: str, text: str, number: int) -> dict:
+def _notebook_cell(kind: str, text: str, number: int) -> dict:
     cell = {
         "cell_type": kind,
         "id": f"cell-{number}",
@@ -577,10 +577,12 @@ def tutorial_notebook(markdown: str, language: str) -> dict:
         prose = markdown[position : fence.start()]
         position = fence.end()
         if 'exec="on"' not in info:  # a block shown, not run: it stays in the prose
-            cells.append(_cell("markdown", _notebook_markdown(prose) + fence.group(0), len(cells)))
+            cells.append(
+                _notebook_cell("markdown", _notebook_markdown(prose) + fence.group(0), len(cells))
+            )
             continue
         if prose.strip():
-            cells.append(_cell("markdown", _notebook_markdown(prose), len(cells)))
+            cells.append(_notebook_cell("markdown", _notebook_markdown(prose), len(cells)))
         if "def show(" in code and "source=" not in info:  # the page's hidden figure helper
             code = NOTEBOOK_HELPERS
             helpers_added = True
@@ -588,11 +590,13 @@ def tutorial_notebook(markdown: str, language: str) -> dict:
             code = "with html_output():\n" + "".join(
                 f"    {line}" if line.strip() else line for line in code.splitlines(True)
             )
-        cells.append(_cell("code", code, len(cells)))
+        cells.append(_notebook_cell("code", code, len(cells)))
     if markdown[position:].strip():
-        cells.append(_cell("markdown", _notebook_markdown(markdown[position:]), len(cells)))
+        cells.append(
+            _notebook_cell("markdown", _notebook_markdown(markdown[position:]), len(cells))
+        )
     if not helpers_added:
-        cells.insert(1, _cell("code", NOTEBOOK_HELPERS, len(cells)))
+        cells.insert(1, _notebook_cell("code", NOTEBOOK_HELPERS, len(cells)))
     # merge neighbouring Markdown cells (a shown-only block splits the prose)
     merged: list[dict] = []
     for cell in cells:
@@ -600,9 +604,11 @@ def tutorial_notebook(markdown: str, language: str) -> dict:
             merged[-1]["source"] += ["\n", "\n"] + cell["source"]
         else:
             merged.append(cell)
-    intro = _cell("markdown", NOTEBOOK_INTRO[language].format(title=title), 0)
+    intro = _notebook_cell("markdown", NOTEBOOK_INTRO[language].format(title=title), 0)
     if merged and merged[0]["cell_type"] == "markdown" and merged[0]["source"][0].startswith("# "):
-        merged[0]["source"][1:1] = ["\n"] + intro["source"] + ["\n"]  # under the title
+        title_line, *rest = merged[0]["source"]  # the intro goes under the title
+        rest = ["\n", "\n", *rest] if rest else []
+        merged[0]["source"] = [title_line.rstrip("\n") + "\n", "\n", *intro["source"], *rest]
     else:
         merged.insert(0, intro)
     for number, cell in enumerate(merged):
