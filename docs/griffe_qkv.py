@@ -5,15 +5,18 @@ qkv's docstrings name other objects the way Sphinx does, ``:func:`attention```,
 ``:class:`~qkv.layers.MultiHeadAttention```, ``:mod:`.chunked_kernel```, which ``help()``
 shows well and Markdown shows as raw text.  Each role is resolved here as Python would
 resolve the name in the docstring's scope (the object, its parents, then absolute and
-relative module paths), and becomes a Markdown cross-reference to the object's canonical
-path (``[`MultiHeadAttention`][qkv.layers.attention.MultiHeadAttention]``), which
-mkdocstrings links to wherever the object is documented; ``~`` shows the last part of the
-name only, as in Sphinx.  A name that is not one of qkv's public objects (a PyTorch function,
-a private helper) becomes inline code.  The docstrings themselves are not changed.
+relative module paths), and becomes a cross-reference to the object's canonical path
+(``<autoref identifier="qkv.layers.attention.MultiHeadAttention" optional>``), which
+mkdocs-autorefs links to wherever the object is documented (on the page of the reader's
+language), or shows as inline code where it is not documented on its own (a module's
+helper the reference lists under its module); ``~`` shows the last part of the name only,
+as in Sphinx.  A name that is not one of qkv's public objects (a PyTorch function, a private
+helper) becomes inline code.  The docstrings themselves are not changed.
 """
 
 from __future__ import annotations
 
+import html
 import re
 
 import griffe
@@ -74,7 +77,11 @@ def link_roles(obj: griffe.Object, root: griffe.Module) -> None:
             shown += "()"
         found = resolve(obj, root, target)
         path = canonical(found) if found is not None else None
-        return f"[`{shown}`][{path}]" if path else f"`{shown}`"
+        if path is None:
+            return f"`{shown}`"
+        # an optional cross-reference: a link where the object is documented, its name as
+        # code (with the path as its title) where it is not, never a failed build
+        return f'<autoref identifier="{path}" optional><code>{html.escape(shown)}</code></autoref>'
 
     obj.docstring.value = ROLE.sub(replace, obj.docstring.value)
 

@@ -16,6 +16,7 @@ build, for the tests.
 
 from __future__ import annotations
 
+import html
 import logging
 import os
 import re
@@ -61,7 +62,8 @@ class RunOnce:
 
     def __call__(self, source, language, css_class, options, md, **kwargs):
         if os.environ.get("QKV_DOCS_DRAFT") == "1":  # docs/build.py --draft: shown, not run
-            return md.convert(f"```python\n{source}\n```") if options.get("source") else ""
+            shown = f'<pre><code class="language-python">{html.escape(source)}</code></pre>'
+            return shown if options.get("source") else ""
         session = options.get("session")
         if not session:
             return self.format_block(source, language, css_class, options, md, **kwargs)
@@ -159,6 +161,7 @@ def current_language(config) -> str:
 
 def on_post_template(output: str, template_name: str, config) -> str:
     if template_name == "404.html":
+        output = ALTERNATE.sub("", output)  # as on every page (on_post_page)
         NOT_FOUND[current_language(config)] = output
     return output
 
@@ -633,16 +636,28 @@ def notebook_name(src_uri: str) -> str | None:
 
 
 def add_notebooks(files: Files, config) -> None:
+    """Every tutorial's notebook, written under build/docs/notebooks (rewritten on every
+    build, from the pages as they are) and added to the site beside its page."""
     import json
 
     docs = Path(config.docs_dir)
+    root = Path(config.config_file_path).parent / GENERATED / "notebooks"
     for path in sorted((docs / "tutorials").glob("[0-9][0-9]-*.md")):
         src_uri = path.relative_to(docs).as_posix()
         name = notebook_name(src_uri)
         language = "zh" if src_uri.endswith(".zh.md") else "en"
         notebook = tutorial_notebook(path.read_text(encoding="utf-8"), language)
-        content = json.dumps(notebook, ensure_ascii=False, indent=1) + "\n"
-        files.append(File.generated(config, name, content=content))
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(notebook, ensure_ascii=False, indent=1) + "\n", "utf-8")
+        files.append(
+            File(
+                name,
+                src_dir=str(root),
+                dest_dir=config.site_dir,
+                use_directory_urls=config.use_directory_urls,
+            )
+        )
 
 
 NOTEBOOK_LINK = {

@@ -14,6 +14,7 @@ this process, and every other host is unreachable: the browser resolves no other
 import functools
 import http.server
 import json
+import os
 import re
 import threading
 import time
@@ -25,7 +26,8 @@ from .test_explore_browser import CHROMEDRIVER, CHROMIUM, FLAGS, _why_no_browser
 
 pytestmark = pytest.mark.browser
 
-SITE = Path(__file__).resolve().parent.parent / "site"
+#: The built site: site/ of this checkout, or the folder QKV_DOCS_SITE names (a draft build)
+SITE = Path(os.environ.get("QKV_DOCS_SITE") or Path(__file__).resolve().parent.parent / "site")
 #: Every name but the local server's resolves to nothing: the network is off for the pages.
 NO_NETWORK = "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
 
@@ -211,11 +213,11 @@ for (const sheet of document.styleSheets) {
 }
 return [...document.querySelectorAll('div.arithmatex')].map(box => {
   const style = getComputedStyle(box);
-  const column = box.parentElement.getBoundingClientRect().width;
   return {
     text: box.textContent.slice(0, 60),
-    content: box.scrollWidth, box: box.clientWidth, column: column,
-    outer: box.getBoundingClientRect().width,
+    content: box.scrollWidth, box: box.clientWidth,
+    left: box.getBoundingClientRect().left, right: box.getBoundingClientRect().right,
+    page: document.documentElement.clientWidth,
     overflow: style.overflowX,
     bar: box.offsetHeight - box.clientHeight
          - parseFloat(style.borderTopWidth) - parseFloat(style.borderBottomWidth),
@@ -226,11 +228,12 @@ return [...document.querySelectorAll('div.arithmatex')].map(box => {
 
 
 def formula_problems(browser) -> list[str]:
-    """Display formulas wider than their column without a scrollbar the page draws."""
+    """Display formulas outside the page, or wider than their box without a scrollbar the
+    page draws."""
     problems = []
     for f in browser.execute_script(FORMULAS_JS):
-        if f["outer"] > f["column"] + 1:
-            problems.append(f"box wider than its column: {f}")
+        if f["left"] < -1 or f["right"] > f["page"] + 1:
+            problems.append(f"box outside the page: {f}")
         elif f["content"] > f["box"] + 1 and not (
             f["overflow"] in ("auto", "scroll") and f["styled"] and f["bar"] >= 4
         ):
@@ -284,7 +287,7 @@ def test_the_page_walk_sees_every_page_of_both_languages():
         pytest.skip(f"the site is not built ({SITE} has no pages): run python docs/build.py")
     english = {p for p in pages if not p.startswith("zh/")}
     chinese = {p.removeprefix("zh/") for p in pages if p.startswith("zh/")}
-    assert len(english) > 40 and english == chinese, sorted(english ^ chinese)
+    assert len(english) > 30 and english == chinese, sorted(english ^ chinese)
 
 
 def test_a_formula_too_wide_for_a_phone_scrolls_with_a_visible_bar(browser, site_url):
@@ -335,14 +338,24 @@ def search(browser, site_url: str, page: str, query: str) -> list[str]:
     )
     field = browser.find_element(By.CSS_SELECTOR, "input.md-search__input")
     field.send_keys(query)
-    deadline = time.monotonic() + 15
-    while True:
+    # the results follow each typed character: wait until they are those of the whole query
+    # and have stopped changing
+    deadline, last, steady_since = time.monotonic() + 20, None, time.monotonic()
+    while time.monotonic() < deadline:
         links = browser.execute_script(
             "return [...document.querySelectorAll('.md-search-result__item > a')].map(a => a.href)"
         )
-        if links or time.monotonic() > deadline:
-            return links
+        if links != last:
+            last, steady_since = links, time.monotonic()
+        elif links and time.monotonic() - steady_since > 1.5:
+            break
+        # Material shows the results a page at a time, the next on scrolling: scroll
+        browser.execute_script(
+            "const wrap = document.querySelector('.md-search__scrollwrap');"
+            "if (wrap) wrap.scrollTop = wrap.scrollHeight;"
+        )
         time.sleep(0.1)
+    return last or []
 
 
 def test_search_on_an_english_page_finds_english_pages(browser, site_url):
@@ -355,7 +368,8 @@ def test_search_on_a_chinese_page_finds_words_inside_longer_ones(browser, site_u
     is segmented into words, so the multi-head tutorial is found, and only Chinese pages."""
     links = search(browser, site_url, "zh/index.html", "注意力")
     assert links and all("/zh/" in link for link in links), links
-    assert any("02-multi-head" in link for link in links), links
+    found = {link.split("?")[0].rsplit("/", 1)[1] for link in links}
+    assert {"01-self-attention.html", "02-multi-head.html"} <= found, found
 
 
 def test_the_404_page_speaks_each_language():
