@@ -61,10 +61,11 @@ class RunOnce:
         self.format_block = format_block
 
     def __call__(self, source, language, css_class, options, md, **kwargs):
-        if os.environ.get("QKV_DOCS_DRAFT") == "1":  # docs/build.py --draft: shown, not run
+        session = options.get("session")
+        draft = os.environ.get("QKV_DOCS_DRAFT")  # docs/build.py --draft: the sessions to run
+        if draft is not None and session not in draft.split(","):  # shown, not run
             shown = f'<pre><code class="language-python">{html.escape(source)}</code></pre>'
             return shown if options.get("source") else ""
-        session = options.get("session")
         if not session:
             return self.format_block(source, language, css_class, options, md, **kwargs)
         key = (session, self.positions[session], source, repr(sorted(options.items())))
