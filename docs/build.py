@@ -110,7 +110,8 @@ def install_katex() -> None:
 
 
 def scene_files(count: int = 3) -> list[str]:
-    """The first test scenes of the ``shapes`` data as PNG files, the captioner's inputs."""
+    """The first test scenes of the ``shapes`` data with different captions (the test split
+    repeats some one-object scenes), as PNG files: the captioner's inputs."""
     sys.path.insert(0, str(ROOT))
     from PIL import Image
 
@@ -118,12 +119,17 @@ def scene_files(count: int = 3) -> list[str]:
 
     folder = RUNS / "scenes"
     folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for index, example in enumerate(caption_examples("shapes", "test", image_size=64, size=count)):
+    paths, seen = [], set()
+    for example in caption_examples("shapes", "test", image_size=64, size=50):
+        if example.raw[0] in seen:
+            continue
+        seen.add(example.raw[0])
         pixels = (example.image.permute(1, 2, 0) * 255).round().byte().numpy()  # (S, S, 3)
-        path = folder / f"scene-{index}.png"
+        path = folder / f"scene-{len(paths)}.png"
         Image.fromarray(pixels).save(path)
         paths.append(str(path))
+        if len(paths) == count:
+            break
     return paths
 
 
