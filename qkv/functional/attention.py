@@ -72,11 +72,13 @@ def attention(
         backend: "auto" (the fastest that supports the call; see :func:`explain_backend`),
             "sdpa", "chunked", "explicit" (weights without gradient) or "reference" (the
             equations).
-        block_mask, score_mod: FlexAttention's (see :func:`~qkv.functional.flex.flex_attention`):
-            the call then runs on the flex kernel, which skips the blocks the mask empties.
-            ``causal`` is added as an end-aligned causal block mask when ``block_mask`` is
-            None; ``mask``, dropout and weights do not combine with it (put the mask into the
+        block_mask: FlexAttention's (see :func:`~qkv.functional.flex.flex_attention`): the
+            call then runs on the flex kernel, which skips the blocks the mask empties.
+            ``mask``, dropout and weights do not combine with it (put the mask into the
             mask_mod).
+        score_mod: FlexAttention's, as for ``block_mask``: the call runs on the flex kernel.
+            ``causal`` is added as an end-aligned causal block mask when ``block_mask`` is
+            None.
 
     A query whose every key is masked gets output 0 and weights 0 (finite gradients),
     never NaN, on every backend.
