@@ -47,7 +47,6 @@ from qkv.data.text import load_text
 from qkv.data.text_tokenizers import train_text_tokenizer
 from qkv.models import DecoderLM
 from qkv.tasks.lm import LMSetup, encode_text, lm_config, load_lm
-from qkv.training import read_pointer
 
 #: candidate -> flags over `qkv train lm --data kjv --size small` (the first: the default).
 CANDIDATES: dict[str, list[str]] = {
@@ -112,7 +111,7 @@ def train_candidate(flags: list[str], steps: int, seed: int, out: Path) -> float
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(done.stderr.strip().splitlines()[-1:])
-    lm = load_lm(out / read_pointer(out))
+    lm = load_lm(out)
     ids = encode_text(lm.tokenizer, load_text("kjv").valid)
     model = lm.model.eval()
     return score(lambda batch: model(batch).logits, ids)
