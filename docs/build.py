@@ -60,8 +60,9 @@ EXAMPLES = {
         ["--test", "6"],
     ),
     "lm": (
-        ["lm", "--data", "kjv", "--max-steps", "300"],
-        ["And God said", "--generate", "40", "--seed", "1", "--live"],
+        ["lm", "--data", "kjv", "--max-steps", "2000"],
+        ["And God said", "--generate", "40", "--seed", "1", "--temperature", "0.5", "--top-k", "10"]
+        + ["--live"],
     ),
     "pretrained": (
         None,
