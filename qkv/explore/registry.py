@@ -87,7 +87,9 @@ class ExplorerAdapter(ABC):
     def live_config(self, model: nn.Module) -> dict[str, Any]:
         """What the family's live script reads beside the weights (sizes, ids, options), as
         JSON-able data; families with ``live`` set override it."""
-        raise NotImplementedError(f"{type(self).__name__} has no live forward pass")
+        raise InputError(
+            f"{type(self).__name__} has no live forward pass: write a static page (no --live)"
+        )
 
     @abstractmethod
     def pages(

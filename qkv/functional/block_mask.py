@@ -1,5 +1,10 @@
 """Block masks: which (query block, key block) tiles of attention are empty, full or partial.
 
+One concept, one module (about 640 lines): the BlockMask record, its construction from a
+mask_mod or from block lists, and the operations PyTorch's API defines on it (slicing for
+decoding, ``_adjust``, ``to``, ``to_string``) read and write the same fields, so they stay
+together.
+
 PyTorch's FlexAttention API (``torch.nn.attention.flex_attention``), for qkv's CPU kernel.
 A ``mask_mod(b, h, q_idx, kv_idx) -> bool`` (True = may attend, qkv's one convention) says
 which keys each query may see; :func:`create_block_mask` evaluates it tile by tile -- never

@@ -7,6 +7,10 @@ or with ``init_from`` from a pretrained model and its own tokenizer (a Hugging F
 Llama-family folder, or another run: :mod:`qkv.tasks.lm_start`).  ``load_lm`` reads a run
 back; ``context_loss`` measures the validation loss at a given context length (how far
 positions extrapolate).
+
+One concept, one module (about 420 lines): the LM task from its setup to the text a trained
+model writes -- the setup, its model config, its data, loading a run back, and the uses of a
+loaded model (context loss, generation), which read the setup and ``LoadedLM`` defined here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-/* script/live/common.js: what every live forward pass shares (qkv/explore/live.py packs the
+/* script/live/common.js (one concept: the layers every family's live pass is built from, so one
+   file): what every live forward pass shares (qkv/explore/live.py packs the
    weights and the tokenizer): the weights by state_dict name (the page's float32 numbers,
    held as float64), the tokenizer, and the math of qkv's layers over row-major arrays, the
    matrix products in WebAssembly where the browser runs it.  Everything is computed in
