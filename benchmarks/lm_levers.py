@@ -29,13 +29,13 @@ in ``CANDIDATES``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -43,27 +43,63 @@ import torch.nn.functional as F
 
 from benchmarks.common import interleaved, machine, table
 from benchmarks.plain_lm_loop import NanoRecipe, score, train_plain
+from qkv.cli.commands import train_task_from_args
+from qkv.cli.main import build_parser
 from qkv.data.text import load_text
 from qkv.data.text_tokenizers import train_text_tokenizer
-from qkv.models import DecoderLM
-from qkv.tasks.lm import LMSetup, encode_text, lm_config, load_lm
+from qkv.models import DecoderLM, LMConfig
+from qkv.tasks.lm import LM, LMSetup, encode_text, lm_config, load_lm
+from qkv.training import TrainConfig
+from qkv.training.config import OPTIMIZERS
+from qkv.training.optimizer import make_optimizer
 
-#: candidate -> flags over `qkv train lm --data kjv --size small` (the first: the default).
-CANDIDATES: dict[str, list[str]] = {
-    "gpt (the default)": [],
-    "gpt + RoPE": ["--positions", "rope"],
-    "llama (RMSNorm, SwiGLU, RoPE, untied)": ["--arch", "llama"],
-    "nanochat (RoPE, QK-norm, ReLU², untied, soft-cap)": ["--arch", "nanochat"],
+
+@dataclass(frozen=True)
+class Candidate:
+    """One entry of the race: ``qkv train lm --data kjv --size small`` with ``flags``, its
+    model then given the LMConfig fields in ``model`` (a component that no flag sets on its
+    own: the levers are measured one at a time over the default)."""
+
+    flags: tuple[str, ...] = ()
+    model: dict = field(default_factory=dict)
+
+    @property
+    def setup(self) -> LMSetup:
+        fields = {}
+        flags = [flag for flag in self.flags if flag != "--optimizer" and flag not in OPTIMIZERS]
+        for name, value in zip(flags[::2], flags[1::2], strict=True):
+            fields[name.removeprefix("--").replace("-", "_")] = value
+        if "window" in fields:
+            fields["window"] = int(fields["window"])
+        return LMSetup(data="kjv", size="small", **fields)
+
+    @property
+    def optimizer(self) -> str:
+        return (
+            self.flags[self.flags.index("--optimizer") + 1]
+            if "--optimizer" in self.flags
+            else "adamw"
+        )
+
+    def config(self, vocab_size: int) -> LMConfig:
+        return replace(lm_config(self.setup, vocab_size), **self.model)
+
+
+#: The race's entries (the first: the default); each lever alone over the default, then
+#: the architectures that combine them.
+CANDIDATES: dict[str, Candidate] = {
+    "gpt (the default)": Candidate(),
+    "+ RoPE": Candidate(("--positions", "rope")),
+    "+ QK-norm": Candidate(model={"qk_norm": True}),
+    "+ ReLU²": Candidate(model={"activation": "relu2"}),
+    "+ untied output": Candidate(model={"tie_embeddings": False}),
+    "+ windows (16, SSSL)": Candidate(("--window", "16", "--window-pattern", "SSSL")),
+    "+ Muon": Candidate(("--optimizer", "muon")),
+    "llama (RMSNorm, SwiGLU, RoPE, untied)": Candidate(("--arch", "llama")),
+    "nanochat (RoPE, QK-norm, ReLU², untied, soft-cap)": Candidate(("--arch", "nanochat")),
+    "nanochat + Muon": Candidate(("--arch", "nanochat", "--optimizer", "muon")),
 }
 PEER = "nanoGPT's CPU recipe, stretched"
-
-
-def _setup_of(flags: list[str]) -> LMSetup:
-    """The LMSetup a candidate's flags describe (for timing its step in this process)."""
-    fields = {}
-    for name, value in zip(flags[::2], flags[1::2], strict=True):
-        fields[name.removeprefix("--").replace("-", "_")] = value
-    return LMSetup(data="kjv", size="small", **fields)
 
 
 def step_times(train_ids: torch.Tensor, vocab_size: int, rounds: int) -> dict[str, float]:
@@ -78,8 +114,7 @@ def step_times(train_ids: torch.Tensor, vocab_size: int, rounds: int) -> dict[st
         starts = torch.randint(len(train_ids) - recipe.context, (12,), generator=generator)
         return train_ids[starts[:, None] + offsets]
 
-    def stepper(model: torch.nn.Module, logits_of) -> callable:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.99))
+    def stepper(model: torch.nn.Module, logits_of, optimizer: torch.optim.Optimizer) -> callable:
         model.train()
 
         def run() -> None:
@@ -95,22 +130,29 @@ def step_times(train_ids: torch.Tensor, vocab_size: int, rounds: int) -> dict[st
         return run
 
     runs = {}
-    for name, flags in CANDIDATES.items():
-        model = DecoderLM(lm_config(_setup_of(flags), vocab_size))
-        runs[name] = stepper(model, lambda ids, model=model: model(ids).logits)
+    for name, candidate in CANDIDATES.items():
+        model = DecoderLM(candidate.config(vocab_size))
+        config = TrainConfig(lr=1e-4, betas=(0.9, 0.99), optimizer=candidate.optimizer)
+        optimizer = make_optimizer(model, config)
+        runs[name] = stepper(model, lambda ids, model=model: model(ids).logits, optimizer)
     plain = PlainGPT(vocab_size, recipe.d_model, recipe.num_heads, recipe.num_layers, 64)
-    runs[PEER] = stepper(plain, plain)
+    plain_optimizer = torch.optim.AdamW(plain.parameters(), lr=1e-4, betas=(0.9, 0.99))
+    runs[PEER] = stepper(plain, plain, plain_optimizer)
     return {name: seconds / 20 for name, seconds in interleaved(runs, rounds=rounds).items()}
 
 
-def train_candidate(flags: list[str], steps: int, seed: int, out: Path) -> float:
-    """`qkv train lm` for exactly ``steps`` updates; the final model's score on kjv valid."""
-    command = [sys.executable, "-m", "qkv.cli.main", "train", "lm", "--data", "kjv"]
-    command += ["--size", "small", "--out", str(out), "--max-steps", str(steps)]
-    command += ["--threads", "1", "--seed", str(seed), *flags]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr.strip().splitlines()[-1:])
+def train_candidate(candidate: Candidate, steps: int, seed: int, out: Path) -> float:
+    """`qkv train lm` (the command's own options and trainer, in this process) for exactly
+    ``steps`` updates; the final model's score on kjv's validation text."""
+    argv = ["train", "lm", "--data", "kjv", "--size", "small", "--out", str(out)]
+    argv += ["--max-steps", str(steps), "--seed", str(seed), *candidate.flags]
+    args = build_parser().parse_args(argv)
+
+    def build(setup, corpus, start):  # the flags' model with the candidate's components
+        return DecoderLM(candidate.config(start.tokenizer.vocab_size))
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        train_task_from_args(replace(LM, build=build), LMSetup, args)
     lm = load_lm(out)
     ids = encode_text(lm.tokenizer, load_text("kjv").valid)
     model = lm.model.eval()
@@ -178,7 +220,8 @@ def main() -> None:
                 value = train_peer(train_ids, valid_ids, tokenizer.vocab_size, updates, seed)
             else:
                 with tempfile.TemporaryDirectory() as folder:
-                    value = train_candidate(CANDIDATES[name], updates, seed, Path(folder) / "run")
+                    run = Path(folder) / "run"
+                    value = train_candidate(CANDIDATES[name], updates, seed, run)
             scores.setdefault(name, []).append(value)
             print(
                 f"{name}, seed {seed}, {updates} updates: {value:.4f} ({time.perf_counter() - started:.0f} s)",

@@ -18,7 +18,7 @@ from typing import Any
 from ..tasks.presets import Preset
 from ..tasks.task import RECIPE_FIELDS
 from ..training import TrainConfig
-from ..training.config import SCHEDULES
+from ..training.config import OPTIMIZERS, SCHEDULES
 from ..training.recipes import WARMUP_FRACTION
 from ..training.schedules import schedule_option
 
@@ -56,7 +56,9 @@ TRAIN_HELP: dict[str, str] = {
     "warmup_steps": "linear warm-up steps",
     "label_smoothing": "epsilon of label-smoothed cross-entropy, 0 = off",
     "clip_norm": "gradient-norm clipping (0 = off)",
-    "weight_decay": "AdamW weight decay of the weight matrices",
+    "optimizer": "adamw, or muon: Muon's orthogonalised updates for the hidden weight "
+    "matrices, AdamW for embeddings, the output layer, biases and norms (one --lr for both)",
+    "weight_decay": "weight decay of the weight matrices",
     "accumulate": "batches per optimizer step (gradient accumulation)",
     "max_tokens": "tokens per batch, padding included",
     "bf16": "bfloat16 autocast",
@@ -193,7 +195,7 @@ def add_train_options(
             )
             continue
         # --device is read by qkv.cli.main for every command, which names this machine's
-        choices = {"schedule": list(SCHEDULES)}.get(name)
+        choices = {"schedule": list(SCHEDULES), "optimizer": list(OPTIMIZERS)}.get(name)
         group.add_argument(
             _flag(name),
             dest=name,

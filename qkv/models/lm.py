@@ -164,6 +164,11 @@ class DecoderLM(nn.Module):
         logits = self.logits(hidden[:, prefix:] if prefix else hidden)  # (B, T, V)
         return LMOutput(logits, {"self": weights} if need_weights else None)
 
+    def get_output_embeddings(self) -> nn.Linear:
+        """The output layer (transformers' name for it): optimizers that treat the hidden
+        layers' matrices apart, such as Muon, leave it to AdamW."""
+        return self.output
+
     def logits(self, hidden: Tensor) -> Tensor:
         """The output projection, soft-capped when the config says so (c * tanh(z / c)).
         Shapes: hidden (..., D) -> (..., V)."""

@@ -10,10 +10,12 @@ from typing import Any
 
 from .schedules import available_schedules, schedule_kind, schedule_option
 
-__all__ = ["TrainConfig", "SCHEDULES", "RESUME_MAY_CHANGE", "upgrade_train_config"]
+__all__ = ["TrainConfig", "OPTIMIZERS", "SCHEDULES", "RESUME_MAY_CHANGE", "upgrade_train_config"]
 
 SCHEDULES = available_schedules()  # the registry of qkv.training.schedules
 DEVICES = ("auto", "cpu", "cuda")
+#: TrainConfig.optimizer's choices (see :func:`qkv.training.optimizer.make_optimizer`).
+OPTIMIZERS = ("adamw", "muon")
 
 #: Fields a resumed run may change: budgets and bookkeeping.  Every other field shapes the
 #: optimisation itself, so resuming with a different value is refused.
@@ -54,6 +56,9 @@ class TrainConfig:
         stopping, set ``patience`` larger (say 2-3 decays' worth), or training stops before
         the lower lr has been tried; nothing enforces it.  An option of another schedule is
         kept, unread, so that a recipe that picks that schedule later finds it.
+    optimizer: "adamw", or "muon": Muon's orthogonalised updates for the hidden layers'
+        weight matrices and AdamW for embeddings, the output layer, biases and norms (as
+        nanochat and modded-nanogpt train), one lr and one weight decay for both.
     weight_decay: AdamW decoupled weight decay, applied to matrices (not biases or norms).
     betas: AdamW's (beta1, beta2).
     label_smoothing: epsilon of label-smoothed cross-entropy (0 = plain cross-entropy).
@@ -86,6 +91,7 @@ class TrainConfig:
     warmup_steps: int = 4000
     min_lr: float = 0.0
     schedule_options: Mapping[str, Any] = field(default_factory=dict)
+    optimizer: str = "adamw"
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.98)
     label_smoothing: float = 0.1
@@ -116,6 +122,8 @@ class TrainConfig:
             schedule_option(name).check(value)  # ValueError naming the option or the value
         defaults = {name: option.default for name, option in schedule.options.items()}
         object.__setattr__(self, "schedule_options", {**defaults, **self.schedule_options})
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer={self.optimizer!r} is unknown; use one of {OPTIMIZERS}")
         if not 0.0 <= self.weight_decay < 1.0:
             raise ValueError(f"weight_decay={self.weight_decay} must lie in [0, 1)")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
