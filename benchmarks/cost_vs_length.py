@@ -41,7 +41,7 @@ from torch import nn
 
 from benchmarks.common import interleaved, machine, table
 from benchmarks.decoding import CachedDecoder
-from benchmarks.training import make_step
+from benchmarks.train_steps import make_step
 from qkv.data.batch import BOS_ID, EOS_ID, Batch
 from qkv.decoding import greedy_search
 from qkv.models.registry import build_model

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import torch
 
 from benchmarks.common import machine, table
+from benchmarks.train_steps import make_step, measure
 from qkv.data import TranslationDataset, ding_de_en, train_tokenizer, training_texts
 from qkv.data.batch import Batch
 from qkv.data.batching import TokenBatchSampler
@@ -75,8 +76,6 @@ def build_models(vocab_size: int, seed: int) -> dict[str, torch.nn.Module]:
 
 
 def run(args: argparse.Namespace) -> None:
-    # the Transformer comparison's helpers: one training step and the interleaved timing
-    from benchmarks.training import make_step, measure
 
     batches, vocab_size = ding_batches(
         min(args.steps + args.warmup, 16), tokens=args.tokens, vocab_size=args.vocab, seed=args.seed

@@ -33,23 +33,20 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import time
 import warnings
-from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from benchmarks.common import machine, table
+from benchmarks.train_steps import make_step, measure
 from qkv.data.batch import BOS_ID, EOS_ID, PAD_ID, Batch, collate
 from qkv.layers.positions import SinusoidalPositionalEncoding
 from qkv.models.transformer import Transformer, TransformerConfig
 from qkv.models.transformer_stack import load_torch_transformer
 from qkv.training.config import TrainConfig
-from qkv.training.loss import sequence_loss
 from qkv.training.optimizer import make_optimizer
 
-LABEL_SMOOTHING = 0.1
 SPECIAL_IDS = 4  # PAD, BOS, EOS, UNK: random tokens are drawn above them
 
 
@@ -163,46 +160,6 @@ def check_same_function(ours: Transformer, theirs: TorchTransformer, batch: Batc
     if difference > 1e-3:
         raise AssertionError(f"qkv and torch models disagree: max |logit difference| {difference}")
     return difference
-
-
-def make_step(
-    model: nn.Module, forward: Callable[[Batch], Tensor], optimizer: torch.optim.Optimizer
-) -> Callable[[Batch], float]:
-    """One training step on a batch; returns its loss."""
-
-    def step(batch: Batch) -> float:
-        loss_sum, count = sequence_loss(
-            forward(batch), batch.target_output, pad_id=PAD_ID, label_smoothing=LABEL_SMOOTHING
-        )
-        loss = loss_sum / count
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.item()
-
-    return step
-
-
-def measure(
-    steps: dict[str, Callable[[Batch], float]],
-    batches: list[Batch],
-    *,
-    rounds: int,
-    warmup: int,
-) -> dict[str, list[float]]:
-    """Seconds per step for every model, alternating models within and across rounds
-    (A B, B A, A B, ...) so slow drift of the machine's speed cancels out."""
-    names = list(steps)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for index in range(warmup + rounds):
-        batch = batches[index % len(batches)]
-        order = names if index % 2 == 0 else names[::-1]
-        for name in order:
-            start = time.perf_counter()
-            steps[name](batch)
-            if index >= warmup:
-                times[name].append(time.perf_counter() - start)
-    return times
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """qkv: attention, from softmax(QK^T / sqrt(d)) V to trained models whose attention you can see."""
 
 from . import functional, layers
+from ._version import __version__ as __version__
 from .functional import (
     AuxOutput,
     AuxRequest,
@@ -40,8 +41,6 @@ from .layers import (
     register_position,
     register_score,
 )
-
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str):

@@ -12,7 +12,7 @@ from qkv.training import TrainConfig, cosine_schedule, read_pointer
 from qkv.training.checkpoint import load_trainer_state
 from qkv.training.clock_fit import FIRST_TIMED_STEP, MIN_FIT_STEP, ClockFit, on_the_clock
 from qkv.training.distributed import DistributedContext
-from qkv.training.run_records import RunRecords
+from qkv.training.trainer import Trainer
 from tests.train_worker import small_run
 
 ONE_PROCESS = DistributedContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
@@ -93,7 +93,7 @@ def test_a_run_on_the_clock_fixes_its_cosine_ends_at_the_floor_and_resumes_with_
     tmp_path, monkeypatch
 ):
     # the trainer's clock reads 0.1 s per step: the fit is exact whatever the machine's load
-    monkeypatch.setattr(RunRecords, "_elapsed", lambda self: 0.1 * self.state.step)
+    monkeypatch.setattr(Trainer, "_elapsed", lambda self: 0.1 * self.state.step)
     budget = dict(schedule="cosine", warmup_steps=2, lr=1e-2, min_lr=1e-3, log_every=1)
     _, result = small_run(tmp_path, max_minutes=0.1, **budget)  # 6 s: 60 steps
     assert result.stop_reason == "max_minutes" and result.steps == 60
@@ -122,7 +122,7 @@ def test_a_run_on_the_clock_fixes_its_cosine_ends_at_the_floor_and_resumes_with_
 def test_a_step_budget_longer_than_the_clock_allows_is_shortened_where_the_run_stands(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(RunRecords, "_elapsed", lambda self: 0.1 * self.state.step)
+    monkeypatch.setattr(Trainer, "_elapsed", lambda self: 0.1 * self.state.step)
     budget = dict(schedule="cosine", warmup_steps=2, lr=1e-2, min_lr=1e-3, log_every=1)
     _, result = small_run(tmp_path, max_minutes=0.1, max_steps=500, **budget)
     assert result.steps == 60

@@ -36,6 +36,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from .._version import __version__
 from ..errors import CheckpointError
 from ..models.registry import build_model, config_to_dict, model_type_of
 from ..models.saved_configs import upgrade_saved_config
@@ -239,7 +240,6 @@ def load_trainer_state(directory: str | Path, *, map_location: str | torch.devic
 
 
 def _write_directory(directory, model, step, metadata, tokenizers, trainer_state) -> None:
-    from .. import __version__
 
     directory.mkdir(parents=True)
     tensors, header_metadata = weights_for_saving(model)
