@@ -240,7 +240,7 @@ def test_qkv_attention_writes_every_attention_of_a_transformer(tmp_path, capsys)
 def test_a_windowed_model_s_page_says_its_window_and_blocks():
     from torch.nn.attention.flex_attention import create_block_mask
 
-    from qkv.explore.language import FLEX_BLOCK
+    from qkv.functional.block_mask import DEFAULT_BLOCK_SIZE as FLEX_BLOCK
 
     tokenizer = tiny_tokenizer()
     model = tiny_lm(tokenizer.vocab_size, layers=2, window=3)

@@ -24,6 +24,8 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from qkv.errors import InputError
+from qkv.functional import patterns
+from qkv.functional.block_mask import create_mask
 
 from .summaries import attention_rollout, head_summary
 
@@ -101,12 +103,10 @@ def _weights(q: Tensor, k: Tensor, *, causal: bool, window: int | None = None) -
     q, k = q.float(), k.float().repeat_interleave(q.shape[0] // k.shape[0], dim=0)
     scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
     length = q.shape[1]
-    distance = torch.arange(length)[:, None] - torch.arange(length)[None, :]  # i - j
     keep = torch.ones(length, length, dtype=torch.bool)
-    if causal:
-        keep &= distance >= 0
-    if window is not None:
-        keep &= distance < window
+    if causal or window is not None:  # the kernel's own rules, on the index grid
+        rule = patterns.causal if window is None else patterns.sliding_window(window)
+        keep = create_mask(rule, None, None, length, length, "cpu")[0, 0]
     return scores.masked_fill(~keep, float("-inf")).softmax(dim=-1)
 
 

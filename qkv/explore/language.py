@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from qkv.data import SPECIAL_TOKENS
 from qkv.decoding import sample
 from qkv.errors import InputError
+from qkv.functional.block_mask import DEFAULT_BLOCK_SIZE
 
 from .compact import DENSE_TOKENS, compact_view
 from .registry import ExplorerAdapter, ExploreRequest, register_explorer
@@ -35,14 +36,10 @@ __all__ = [
     "causal_attention",
     "prompt_ids",
     "INDUCTION_LENGTH",
-    "FLEX_BLOCK",
 ]
 
 #: The length of the random sequence that is repeated for the induction score.
 INDUCTION_LENGTH = 32
-#: The block size of DecoderLM's sliding windows on flex_attention (create_block_mask's
-#: default, which it uses): the page shows which of these blocks were computed.
-FLEX_BLOCK = 128
 
 
 @torch.no_grad()
@@ -148,7 +145,8 @@ class LanguageModelAdapter(ExplorerAdapter):
     def block_size(self, model: nn.Module) -> int | None:
         """The blocks a windowed model computes in (flex_attention skips those outside the
         window), None where it has no window."""
-        return FLEX_BLOCK if model.config.window is not None else None
+        # the tiles of DecoderLM's windows on the flex kernel: the page shows which ran
+        return DEFAULT_BLOCK_SIZE if model.config.window is not None else None
 
     @torch.no_grad()
     def text_attention(self, model, tokenizer, text, index: int = 0):

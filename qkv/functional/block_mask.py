@@ -33,6 +33,7 @@ from ..errors import InputError
 from .mask_mods import MaskMod, ModEvaluator, and_masks, index_range, noop_mask, or_masks
 
 __all__ = [
+    "DEFAULT_BLOCK_SIZE",
     "BlockMask",
     "create_block_mask",
     "create_mask",
@@ -45,6 +46,10 @@ __all__ = [
     "block_sizes",
     "index_range",
 ]
+
+#: The tile (query rows, key columns) a block mask is cut into unless one asks otherwise:
+#: PyTorch's default, and the one size every part of qkv uses.
+DEFAULT_BLOCK_SIZE = 128
 
 #: Mask elements evaluated at once while building a block mask (4 MiB of booleans).
 BUILD_ELEMENTS = 1 << 22
@@ -111,7 +116,7 @@ class BlockMask:
     q_indices: Tensor | None
     full_q_num_blocks: Tensor | None
     full_q_indices: Tensor | None
-    BLOCK_SIZE: tuple[int, int] = (128, 128)
+    BLOCK_SIZE: tuple[int, int] = (DEFAULT_BLOCK_SIZE, DEFAULT_BLOCK_SIZE)
     mask_mod: MaskMod = noop_mask
     dq_write_order: Tensor | None = field(default=None, kw_only=True)
     dq_write_order_full: Tensor | None = field(default=None, kw_only=True)
@@ -160,7 +165,7 @@ class BlockMask:
         kv_indices: Tensor,
         full_kv_num_blocks: Tensor | None = None,
         full_kv_indices: Tensor | None = None,
-        BLOCK_SIZE: int | tuple[int, int] = 128,
+        BLOCK_SIZE: int | tuple[int, int] = DEFAULT_BLOCK_SIZE,
         mask_mod: MaskMod | None = None,
         seq_lengths: tuple[int, int] | None = None,
         compute_q_blocks: bool = True,
@@ -469,7 +474,7 @@ def create_block_mask(
     Q_LEN: int,
     KV_LEN: int,
     device: torch.device | str | None = None,
-    BLOCK_SIZE: int | tuple[int, int] = 128,
+    BLOCK_SIZE: int | tuple[int, int] = DEFAULT_BLOCK_SIZE,
     _compile: bool = False,
     separate_full_blocks: bool = True,
     compute_dq_write_order: bool = False,

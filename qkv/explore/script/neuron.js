@@ -11,7 +11,7 @@ let neuronState = null; // the steps drawn last, for qkv.neuron()
 function neuronSteps(vec, head, i, causal, window) {
   const group = vec.q.length / vec.k.length, kv = Math.floor(head / group); // grouped KV heads
   const q = vec.q[head][i], keys = vec.k[kv], values = vec.v[kv];
-  const count = causal ? i + 1 : keys.length, first = window ? Math.max(0, i - window + 1) : 0;
+  const [first, count] = keyRange({ causal, window, length: keys.length }, i);
   const products = [], scores = [];
   for (let j = first; j < count; j++) {
     const p = q.map((value, d) => value * keys[j][d]);

@@ -165,7 +165,9 @@ function computedBlocks(v, layer, head) {
   const window = v.windows?.[layer], size = v.blocks;
   if (!window || !size || head === "rollout") return null;
   const count = Math.ceil(v.query_tokens.length / size), range = [...Array(count).keys()];
-  return range.map((qb) => range.map((kb) => kb <= qb && qb * size - ((kb + 1) * size - 1) < window));
+  // a block is computed when its last key is within the window of its first query
+  const seen = (qb, kb) => kb <= qb && (kb + 1) * size - 1 >= keyRange({ causal: true, window }, qb * size)[0];
+  return range.map((qb) => range.map((kb) => seen(qb, kb)));
 }
 
 function windowNote(v, layer, head) {

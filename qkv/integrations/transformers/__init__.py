@@ -51,7 +51,7 @@ def register(*, block_size: int = BLOCK_SIZE) -> None:
     Calling it again replaces the registration (e.g. with another block size).
     """
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise InputError(f"block_size={block_size!r} must be a positive int, e.g. 128")
+        raise InputError(f"block_size={block_size!r} must be a positive int, e.g. {BLOCK_SIZE}")
     transformers = _import_transformers()
     transformers.AttentionInterface.register(NAME, attention_forward)
     transformers.AttentionMaskInterface.register(

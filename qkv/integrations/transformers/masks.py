@@ -25,14 +25,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...functional.block_mask import BlockMask, create_block_mask
+from ...functional.block_mask import DEFAULT_BLOCK_SIZE, BlockMask, create_block_mask
 
 __all__ = ["PatternMask", "pattern_mask", "BLOCK_SIZE", "SPARSE_FROM"]
 
 MaskFunction = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
-#: Tile size of the block masks (query rows and keys per tile), PyTorch's default.
-BLOCK_SIZE = 128
+#: Tile size of the block masks (query rows and keys per tile): qkv's one default.
+BLOCK_SIZE = DEFAULT_BLOCK_SIZE
 #: A structured pattern runs on the flex kernel when at least this share of its tiles is
 #: empty (skipped).  A causal mask empties just under half of them, which PyTorch's fused
 #: kernel already skips with ``is_causal``; windows and packed documents empty far more.
