@@ -29,11 +29,13 @@ from qkv.errors import InputError
 from qkv.functional.block_mask import BlockMask
 
 from .attention_positions import AttentionPositions
-from .cache import KVCache, StaticKV
+from .cache import KVCache, RollingKVCache, StaticKV
 from .feedforward import FeedForward
 from .multihead import MultiHeadAttention
 
 __all__ = [
+    "Residual",
+    "SelfAttentionSublayers",
     "EncoderBlock",
     "DecoderBlock",
     "EncoderBlockOutput",
@@ -73,7 +75,88 @@ class DecoderLayerState:
 Sublayer = Callable[[Tensor], tuple[Tensor, Tensor | None]]
 
 
-class _ResidualBlock(nn.Module):
+class Residual(nn.Module):
+    """The residual wrapping every block shares, in post- or pre-norm order (``norm_first``):
+    ``norm(x + Dropout(sublayer(x)))`` or ``x + Dropout(sublayer(norm(x)))``.  A block sets
+    ``norm_first`` and ``dropout`` (the residual branches')."""
+
+    norm_first: bool
+    dropout: nn.Dropout
+
+    def _residual(
+        self, x: Tensor, sublayer: Sublayer, norm: nn.Module
+    ) -> tuple[Tensor, Tensor | None]:
+        if self.norm_first:
+            out, weights = sublayer(norm(x))
+            return x + self.dropout(out), weights
+        out, weights = sublayer(x)
+        return norm(x + self.dropout(out)), weights
+
+    def _feed_forward_sublayer(self, x: Tensor) -> tuple[Tensor, None]:
+        return self.feed_forward(x), None
+
+    def extra_repr(self) -> str:
+        return f"norm_first={self.norm_first}"
+
+
+class SelfAttentionSublayers(Residual):
+    """A block of two sublayers, ``self_attention`` then ``feed_forward``, each with its norm
+    (``self_attention_norm``, ``feed_forward_norm``): the encoder block and the language
+    model's block.  ``causal_by_default``: whether the self-attention is causal unless the
+    call says otherwise.
+
+    Shapes: x (B, S, D), mask broadcastable to (B, H, S, S) (True = may attend) ->
+    EncoderBlockOutput(hidden (B, S, D), self_attention (B, H, S, Sk) when asked for)."""
+
+    causal_by_default: bool
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+        causal: bool | None = None,
+        cache: KVCache | RollingKVCache | None = None,
+        block_mask: BlockMask | None = None,
+    ) -> EncoderBlockOutput:
+        """``causal`` (None: the block's ``causal_by_default``) / ``cache``: masked
+        self-attention with a growing KV cache, as a decoder-only language model runs the
+        block (x then holds only the newest positions).  ``block_mask``: a flex block mask
+        for the self-attention (a sliding window, packed documents)."""
+        causal = self.causal_by_default if causal is None else causal
+
+        def attend(h: Tensor) -> tuple[Tensor, Tensor | None]:
+            return self.self_attention(
+                h,
+                mask=mask,
+                causal=causal,
+                cache=cache,
+                need_weights=need_weights,
+                block_mask=block_mask,
+            )
+
+        x, weights = self._sublayers(x, attend)
+        return EncoderBlockOutput(x, weights)
+
+    def forward_with_attention(
+        self, x: Tensor, self_attention: Callable[[Tensor], Tensor]
+    ) -> Tensor:
+        """The block with its self-attention computed by ``self_attention(h)`` -- h the
+        sublayer's input (B, S, D), normalised first under ``norm_first`` -> (B, S, D) -- and
+        the residual wrapping and the feed-forward exactly as :meth:`forward` runs them: the
+        seam for attention computed elsewhere (ring attention over processes).
+        Shapes: x (B, S, D) -> hidden (B, S, D)."""
+        x, _ = self._sublayers(x, lambda h: (self_attention(h), None))
+        return x
+
+    def _sublayers(self, x: Tensor, attend: Sublayer) -> tuple[Tensor, Tensor | None]:
+        x, weights = self._residual(x, attend, self.self_attention_norm)
+        x, _ = self._residual(x, self._feed_forward_sublayer, self.feed_forward_norm)
+        return x, weights
+
+
+class _ResidualBlock(Residual):
     """What both blocks share: the constructor, the sublayers, and the residual + LayerNorm
     wrapping in post- or pre-LN order.
 
@@ -140,23 +223,8 @@ class _ResidualBlock(nn.Module):
         )
         self.feed_forward_norm = norm()
 
-    def _residual(
-        self, x: Tensor, sublayer: Sublayer, norm: nn.LayerNorm
-    ) -> tuple[Tensor, Tensor | None]:
-        if self.norm_first:
-            out, weights = sublayer(norm(x))
-            return x + self.dropout(out), weights
-        out, weights = sublayer(x)
-        return norm(x + self.dropout(out)), weights
 
-    def _feed_forward_sublayer(self, x: Tensor) -> tuple[Tensor, None]:
-        return self.feed_forward(x), None
-
-    def extra_repr(self) -> str:
-        return f"norm_first={self.norm_first}"
-
-
-class EncoderBlock(_ResidualBlock):
+class EncoderBlock(SelfAttentionSublayers, _ResidualBlock):
     """Multi-head self-attention, then a position-wise feed-forward network, each with a
     residual connection and LayerNorm.
 
@@ -170,48 +238,7 @@ class EncoderBlock(_ResidualBlock):
     source padding mask (B, 1, 1, S)) -> EncoderBlockOutput(hidden (B, S, D), ...).
     """
 
-    def forward(
-        self,
-        x: Tensor,
-        *,
-        mask: Tensor | None = None,
-        need_weights: bool = False,
-        causal: bool = False,
-        cache: KVCache | None = None,
-        block_mask: BlockMask | None = None,
-    ) -> EncoderBlockOutput:
-        """``causal`` / ``cache``: masked self-attention with a growing KV cache, as a
-        decoder-only language model uses the block (x then holds only the newest positions).
-        ``block_mask``: a flex block mask for the self-attention (a sliding window)."""
-
-        def attend(h: Tensor) -> tuple[Tensor, Tensor | None]:
-            return self.self_attention(
-                h,
-                mask=mask,
-                causal=causal,
-                cache=cache,
-                need_weights=need_weights,
-                block_mask=block_mask,
-            )
-
-        x, weights = self._sublayers(x, attend)
-        return EncoderBlockOutput(x, weights)
-
-    def forward_with_attention(
-        self, x: Tensor, self_attention: Callable[[Tensor], Tensor]
-    ) -> Tensor:
-        """The block with its self-attention computed by ``self_attention(h)`` -- h the
-        sublayer's input (B, S, D), normalised first under ``norm_first`` -> (B, S, D) -- and
-        the residual wrapping and the feed-forward exactly as :meth:`forward` runs them: the
-        seam for attention computed elsewhere (ring attention over processes).
-        Shapes: x (B, S, D) -> hidden (B, S, D)."""
-        x, _ = self._sublayers(x, lambda h: (self_attention(h), None))
-        return x
-
-    def _sublayers(self, x: Tensor, attend: Sublayer) -> tuple[Tensor, Tensor | None]:
-        x, weights = self._residual(x, attend, self.self_attention_norm)
-        x, _ = self._residual(x, self._feed_forward_sublayer, self.feed_forward_norm)
-        return x, weights
+    causal_by_default = False  # an encoder sees both sides; a language model sets causal
 
 
 class DecoderBlock(_ResidualBlock):
