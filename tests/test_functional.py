@@ -221,6 +221,26 @@ def test_grouped_kv_heads_equal_repeated_heads():
     assert torch.allclose(grouped, repeated, atol=1e-6)
 
 
+def test_grouped_kv_heads_reach_the_fused_kernel_unrepeated(monkeypatch):
+    """With a padding mask too: SDPA gets the 2 key/value heads and enable_gqa, not a
+    repeated copy of 4."""
+    original, seen = torch.nn.functional.scaled_dot_product_attention, []
+
+    def spy(query, key, value, **kwargs):
+        seen.append((key.shape[1], value.shape[1], kwargs.get("enable_gqa")))
+        return original(query, key, value, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    torch.manual_seed(4)
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    keep = (torch.arange(5) < torch.tensor([5, 3])[:, None])[:, None, None]  # (B, 1, 1, Tk)
+    got = attention(q, k, v, mask=keep, backend="sdpa").output
+    # (before it, once per process, a 1-head probe of how the kernel treats masked rows)
+    assert seen[-1] == (2, 2, True) and all(heads != 4 for heads, _, _ in seen), seen
+    expected = attention(q, k, v, mask=keep, backend="reference").output
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)
+
+
 @pytest.mark.parametrize(
     "make, error, message",
     [

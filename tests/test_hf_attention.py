@@ -577,3 +577,53 @@ def test_every_score_modification_on_a_window_equals_the_formula(cap, with_bias,
     expected_grads = torch.autograd.grad((expected[rows] * weights).sum(), leaves)
     for g, e in zip(got_grads, expected_grads, strict=True):
         torch.testing.assert_close(g, e)
+
+
+def test_padded_grouped_heads_are_never_repeated_in_memory():
+    """A padded batch of a GQA model (4 query heads, 2 key/value heads), forward and
+    backward: no op turns tensors of 2 key/value heads alone into a materialised tensor of
+    4 (transformers' repeat_kv, expand + reshape, repeat_interleave), and the result still
+    equals eager's."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    case = CASES["llama"]
+    eager, ours = pair(case)
+    heads, kv_heads = case.config.num_attention_heads, case.config.num_key_value_heads
+    head_dim = case.config.hidden_size // heads
+    repeats: list[str] = []
+
+    def grouped(t: Any) -> bool:  # (B, Hkv, T, Dh), or (B, Hkv, G, T, Dh) on its way
+        return isinstance(t, torch.Tensor) and t.dim() in (4, 5) and t.shape[1] == kv_heads
+
+    def repeated(t: Any) -> bool:  # written out: a tensor that owns (B, H, T, Dh) elements
+        if not isinstance(t, torch.Tensor) or t.dim() not in (4, 5) or t.shape[-1] != head_dim:
+            return False
+        by_head = t.dim() == 4 and t.shape[1] == heads
+        by_group = t.dim() == 5 and t.shape[1] * t.shape[2] == heads and t.shape[2] > 1
+        owned = t.untyped_storage().nbytes() >= t.numel() * t.element_size()
+        return (by_head or by_group) and owned
+
+    class Spy(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            inputs = torch.utils._pytree.tree_leaves((args, kwargs))
+            outputs = torch.utils._pytree.tree_leaves(out)
+            per_query_head = any(  # e.g. attention itself: queries in, per-query-head out
+                isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[1] == heads for t in inputs
+            )
+            if any(map(grouped, inputs)) and not per_query_head and any(map(repeated, outputs)):
+                repeats.append(str(func))
+            return out
+
+    inputs = dict(input_ids=ids(), attention_mask=padding())
+    expected, expected_grads, _ = run(case, eager, inputs)
+    with Spy():
+        got, got_grads, _ = run(case, ours, inputs)
+    assert not repeats, f"grouped key/value heads repeated by {sorted(set(repeats))}"
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+    assert_gradients_close(got_grads, expected_grads)
+    # the spy sees a repeat where there is one: transformers' own eager repeats them
+    with Spy():
+        run(case, eager, inputs)
+    assert repeats

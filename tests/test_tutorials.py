@@ -39,6 +39,7 @@ HEAVY = {
     "05-transformer": r"\d+ steps in \d+ s",
     "06-images": r"\d+ steps in \d+ s",
     "08-language-model": r"\d+ steps in \d+ s",
+    "09-transformers": r"qkv made \d+\.\dx as many steps a second as sdpa",
 }
 CODE = re.compile(r'^```python exec="on"([^\n]*)\n(.*?)^```', re.MULTILINE | re.DOTALL)
 

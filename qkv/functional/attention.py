@@ -16,6 +16,7 @@ from .backends import (
     available_backends,
     choose_backend,
     make_call,
+    run_backend,
 )
 from .backends.explicit import explicit_attention, supports_explicit
 from .backends.explicit_backend import inspection_weights
@@ -133,14 +134,14 @@ def _route(
     call = make_call(*call_args)
     if not (call.need_weights and not weights_grad):
         impl, choice = choose_backend(call, backend)
-        return choice, functools.partial(impl.run, call)
+        return choice, functools.partial(run_backend, impl, call)
     # weights for inspection: the output with its gradient, the weights without one
     reason = supports_explicit(call.query, call.mask, call.dropout)
     if backend == "auto" and reason is None:
         backend = "explicit"
     impl, choice = choose_backend(call._replace(need_weights=False), backend)
     if backend == "explicit":  # one matrix: output, weights and backward
-        return choice, functools.partial(impl.run, call)
+        return choice, functools.partial(run_backend, impl, call)
     passed_over = {"explicit": reason or f"backend={backend!r} requested", **choice.passed_over}
     return BackendChoice(choice.backend, passed_over), functools.partial(_beside, impl, call)
 
@@ -187,8 +188,9 @@ def _flex_call(query, key, value, block_mask, score_mod, causal, score, scale) -
 def _beside(impl: Backend, call: AttentionCall) -> AttentionOutput:
     """The output from ``impl``; the weights (dropout or half precision) computed beside it,
     without autograd."""
-    output = impl.run(call._replace(need_weights=False)).output
-    weights = inspection_weights(call.query, call.key, call.mask, call.causal, call.scale)
+    output = run_backend(impl, call._replace(need_weights=False)).output
+    key = call.repeated_heads().key
+    weights = inspection_weights(call.query, key, call.mask, call.causal, call.scale)
     return AttentionOutput(output, weights)
 
 
@@ -215,6 +217,7 @@ def attention_with_weights(
     (output (B, H, Tq, Dv), weights (B, H, Tq, Tk)).
     """
     call = make_call(query, key, value, mask, causal, "scaled_dot", scale, 0.0, True)
+    call = call.repeated_heads()
     reason = supports_explicit(call.query, call.mask, 0.0)
     if reason is not None:
         raise ValueError(f"attention_with_weights cannot take {reason}; use attention()")

@@ -27,6 +27,7 @@ __all__ = [
     "get_backend",
     "available_backends",
     "choose_backend",
+    "run_backend",
 ]
 
 
@@ -43,8 +44,10 @@ class AttentionOutput(NamedTuple):
 class AttentionCall(NamedTuple):
     """One validated call, as every backend receives it.
 
-    query (B, H, Tq, Dh); key (B, H, Tk, Dh); value (B, H, Tk, Dv) -- key/value heads already
-    repeated to H.  mask: None, boolean (True = may attend) or a float additive bias, in
+    query (B, H, Tq, Dh); key (B, Hkv, Tk, Dh); value (B, Hkv, Tk, Dv), Hkv dividing H --
+    grouped key/value heads as the caller passed them.  A backend that declares
+    ``grouped_heads = True`` takes them so; :func:`run_backend` hands every other backend the
+    call with its heads repeated to H (:meth:`repeated_heads`).  mask: None, boolean (True = may attend) or a float additive bias, in
     the query's dtype, broadcastable to (B, H, Tq, Tk).  causal: the end-aligned causal
     mask applies on top of ``mask``.  scale: the factor on q.k.  dropout: probability on the
     weights.  need_weights: the caller wants the (B, H, Tq, Tk) weights back.
@@ -59,6 +62,15 @@ class AttentionCall(NamedTuple):
     dropout: float
     need_weights: bool
 
+    def repeated_heads(self) -> AttentionCall:
+        """The call with each key/value head repeated for the query heads it serves:
+        key (B, H, Tk, Dh), value (B, H, Tk, Dv).  A copy in memory when Hkv < H."""
+        heads, kv_heads = self.query.shape[1], self.key.shape[1]
+        if heads == kv_heads:
+            return self
+        repeats = heads // kv_heads
+        return self._replace(key=repeat_kv(self.key, repeats), value=repeat_kv(self.value, repeats))
+
 
 def make_call(
     query: Tensor,
@@ -72,12 +84,11 @@ def make_call(
     need_weights: bool,
 ) -> AttentionCall:
     """Check one call's arguments (tensors, mask, causal alignment, dropout, score) and give
-    it as every backend receives it: key/value heads repeated to H, the score as a factor."""
+    it as every backend receives it: the score as a factor, grouped key/value heads kept
+    (:func:`run_backend` repeats them for the backends that need one per query head)."""
     mask = check_call(query, key, value, mask, causal)
     if not 0.0 <= dropout < 1.0:
         raise InputError(f"dropout={dropout} must be in [0, 1)")
-    heads, kv_heads = query.shape[1], key.shape[1]
-    key, value = repeat_kv(key, heads // kv_heads), repeat_kv(value, heads // kv_heads)
     scale = resolve_scale(score, scale, query.shape[-1])
     return AttentionCall(
         query, key, value, mask, bool(causal), scale, float(dropout), bool(need_weights)
@@ -86,11 +97,22 @@ def make_call(
 
 class Backend(Protocol):
     name: str
+    #: True: ``run`` takes grouped key/value heads (Hkv < H) as they are.  Optional; a
+    #: backend without it gets them repeated to H.
+    grouped_heads: bool
 
     def unsupported(self, call: AttentionCall) -> str | None:
         """None if this backend can serve ``call``; otherwise the reason it cannot."""
 
     def run(self, call: AttentionCall) -> AttentionOutput: ...
+
+
+def run_backend(backend: Backend, call: AttentionCall) -> AttentionOutput:
+    """``backend.run(call)``, the key/value heads repeated to H unless the backend takes
+    grouped heads as they are."""
+    if not getattr(backend, "grouped_heads", False):
+        call = call.repeated_heads()
+    return backend.run(call)
 
 
 _REGISTRY: dict[str, tuple[int, Backend]] = {}

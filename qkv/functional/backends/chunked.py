@@ -63,6 +63,7 @@ def chunked_attention(
     A query whose every key is masked gets output 0 and zero gradients, never NaN.
     """
     call = make_call(query, key, value, mask, causal, "scaled_dot", scale, 0.0, False)
+    call = call.repeated_heads()
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size={block_size!r} must be a positive int (e.g. 1024)")
     output, lse = _run(call, block_size)

@@ -29,9 +29,13 @@ def zeroes_fully_masked_rows(
 
 
 class SDPABackend:
-    """Fast and fused; returns no weights."""
+    """Fast and fused; returns no weights.  Grouped key/value heads go in as they are."""
 
     name = "sdpa"
+    # SDPA's enable_gqa (PyTorch >= 2.5, our floor) shares each key/value head among its
+    # query heads inside the kernel, so the (B, H, Tk, Dh) repeat is never written (the CPU
+    # flash kernel, with or without a mask).
+    grouped_heads = True
 
     def unsupported(self, call: AttentionCall) -> str | None:
         if call.need_weights:
@@ -63,6 +67,12 @@ class SDPABackend:
                 mask = mask & below
             else:
                 mask = mask.masked_fill(~below, float("-inf"))
+        grouped = key.shape[1] != query.shape[1]
+        if grouped and mask is not None and query.device.type != "cpu":
+            # CUDA's fused kernels take grouped heads only without a mask; with one, SDPA
+            # would fall back to its O(Tq * Tk)-memory math kernel: repeat them here instead.
+            call = call.repeated_heads()
+            key, value, grouped = call.key, call.value, False
         attended = None
         if mask is not None and not zeroes_fully_masked_rows(
             query.device.type, query.dtype, query.shape[-1]
@@ -83,6 +93,7 @@ class SDPABackend:
             dropout_p=call.dropout,
             is_causal=is_causal,
             scale=call.scale,
+            enable_gqa=grouped,
         )
         if attended is not None:
             output = output * attended

@@ -8,8 +8,8 @@ GPT-OSS), ``position_bias`` (T5's relative bias), ``is_causal``, ``output_attent
 One of four routes computes it, each exactly the eager softmax(QK^T * scale + ...) V:
 
 - **dense**: plain causal or padded masks on PyTorch's fused kernel through
-  :func:`qkv.attention` (a causal call without padding through :func:`qkv.flex_attention`,
-  whose grouped key/value heads are not repeated in memory);
+  :func:`qkv.attention` (a causal call without padding through :func:`qkv.flex_attention`);
+  grouped key/value heads go into the kernel as they are, never repeated in memory;
 - **flex**: windows, packed documents (a sparse :class:`~.masks.PatternMask`), soft-capping,
   sinks and a relative bias on a block-skipping pattern, on qkv's flex kernel forward and
   backward (sinks through its log-sum-exp);
@@ -250,7 +250,9 @@ def _needs_grad(tensor: Tensor | None) -> bool:
 
 
 def _dense(call: _Call, scale: float, dropout: float) -> Tensor:
-    """Plain causal or padded attention on PyTorch's fused kernel."""
+    """Plain causal or padded attention on PyTorch's fused kernel, with grouped key/value
+    heads unrepeated on the CPU (``enable_gqa``; transformers' sdpa repeats them whenever a
+    mask is passed)."""
     query, key, value = call.query, call.key, call.value
     mask = call.dense_or_bias()
     if mask is None and dropout == 0.0:
