@@ -12,7 +12,7 @@ from ..tasks.captioner_eval import evaluate_captioning
 from ..tasks.captioning import CAPTIONING, CaptioningSetup, caption_examples
 from ..tasks.evaluate import Evaluation, EvaluationRequest, trained_on
 from ..tasks.image_captioner import CAPTIONER, ImageCaptioner
-from ..tasks.presets import preset_for
+from ..tasks.presets import CAPTIONER_SIZES
 from ..tasks.translator import reading_errors
 from .record import ExplorerPage, Family, TrainCommand, ViewRequest, explore_with, train_with_spec
 
@@ -62,7 +62,7 @@ FAMILY = Family(
     name="captioning",
     model_types=(CAPTIONER,),
     setup=CaptioningSetup,
-    presets={"captioning": preset_for(CAPTIONER, "default")},
+    presets={"captioning": CAPTIONER_SIZES["default"]},
     spec=CAPTIONING,
     command=TrainCommand(
         help="train an image captioner (Show, Attend and Tell) on scenes or a Karpathy JSON",
@@ -82,6 +82,7 @@ FAMILY = Family(
     score=score,
     explorers={CAPTIONER: explorer_of_type(CAPTIONER)},
     view=view,
+    commands={CAPTIONER: "qkv caption --attention-out, qkv evaluate or qkv explore"},
     modules=(
         "qkv.families.captioning",
         "qkv.tasks.captioning",

@@ -20,7 +20,7 @@ from ..tasks.classifier import (
 from ..tasks.classifier_explore import classifier_explorer_data
 from ..tasks.classifier_run import describe_classifier_scores, train_and_score_classifier
 from ..tasks.evaluate import Evaluation, EvaluationRequest
-from ..tasks.presets import preset_for, sizes_of
+from ..tasks.presets import CLASSIFIER_SIZES
 from .record import ExplorerPage, Family, Say, TrainCommand, Trained, ViewRequest
 
 __all__ = ["FAMILY"]
@@ -63,7 +63,7 @@ FAMILY = Family(
     name="classifier",
     model_types=_TYPES,
     setup=ClassifierSetup,
-    presets={size: preset_for("classifier", size) for size in sizes_of("classifier")},
+    presets=CLASSIFIER_SIZES,
     spec=CLASSIFIER,
     command=TrainCommand(
         help="train an image or clip classifier on the captioner's CNN",
@@ -85,6 +85,11 @@ FAMILY = Family(
     score=score,
     explorers={name: explorer_of_type(name) for name in _TYPES},
     view=view,
+    commands={
+        "image-classifier": "qkv classify --attention-out or qkv explore",
+        "clip-classifier": "qkv classify --attention-out or qkv explore --test N",
+        "frame-tagger": "qkv classify --attention-out or qkv explore --test N",
+    },
     modules=(
         "qkv.families.classifier",
         "qkv.tasks.classifier",

@@ -13,7 +13,7 @@ from ..errors import DataError, InputError
 from ..explore import explorer_of_type
 from ..tasks.evaluate import Evaluation, EvaluationRequest
 from ..tasks.lm import LM, LM_MODEL, LMSetup, context_loss, encode_text, load_lm
-from ..tasks.presets import LM_FINETUNE, preset_for, sizes_of
+from ..tasks.presets import LM_FINETUNE, LM_SIZES
 from ..tasks.translator import reading_errors
 from ..training import TrainResult
 from .record import (
@@ -80,10 +80,7 @@ FAMILY = Family(
     name="lm",
     model_types=(LM_MODEL,),
     setup=LMSetup,
-    presets={
-        **{size: preset_for(LM_MODEL, size) for size in sizes_of(LM_MODEL)},
-        "--init-from": LM_FINETUNE,
-    },
+    presets={**LM_SIZES, "--init-from": LM_FINETUNE},
     spec=LM,
     command=TrainCommand(
         help="train a decoder-only language model (GPT, Llama, nanochat) on text",

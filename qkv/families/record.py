@@ -15,6 +15,8 @@ user's own) is everything qkv needs to train, score and look at its models, said
     view            how `qkv explore --checkpoint` opens one of its checkpoints
     text_model      how `qkv attention --checkpoint` loads a model that reads one text
                     (None: the command decodes, as a translator)
+    commands        model type -> the commands that read its checkpoints, told when one is
+                    given to a command of another family
     modules         the modules that are its own (its kind strings may be named there)
 
 :func:`register_family` adds one; :func:`families` lists them in the order registered (the
@@ -36,6 +38,7 @@ from ..explore import ExplorerAdapter, explore, register_explorer
 from ..tasks.evaluate import Evaluation, EvaluationRequest
 from ..tasks.presets import Preset
 from ..tasks.task import TaskSpec, train_with_options
+from ..tasks.translator import OTHER_TASKS
 from ..training import TrainResult, checkpoint_model_type
 
 __all__ = [
@@ -209,12 +212,16 @@ class Family(Generic[S, R, V]):
     explorers: Mapping[str, ExplorerAdapter]
     view: ExplorerView
     text_model: Callable[[str], TextModel] | None = None
+    commands: Mapping[str, str] = field(default_factory=dict)
     modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         missing = [name for name in self.model_types if name not in self.explorers]
         if missing:
             raise TypeError(f"family {self.name!r}: no explorer adapter for {missing}")
+        foreign = [name for name in self.commands if name not in self.model_types]
+        if foreign:
+            raise TypeError(f"family {self.name!r}: commands for types not its own: {foreign}")
 
 
 def train_with_spec(
@@ -247,6 +254,7 @@ def register_family(family: Family[S, R, V]) -> Family[S, R, V]:
         raise InputError(f"family {family.name!r}: model types {clash} belong to another family")
     for model_type, adapter in family.explorers.items():
         register_explorer(model_type, adapter)
+    OTHER_TASKS.update(family.commands)
     _FAMILIES[family.name] = family
     return family
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..explore import explorer_of_type
 from ..tasks.evaluate import Evaluation, EvaluationRequest, trained_on
-from ..tasks.presets import preset_for, sizes_of
+from ..tasks.presets import RNN_SIZES, TRANSFORMER_SIZES
 from ..tasks.translation import TRANSLATION, TranslationSetup
 from ..tasks.translator import TRANSLATION_MODELS, Translator, score_translator
 from .record import (
@@ -58,9 +58,8 @@ FAMILY = Family(
     model_types=TRANSLATION_MODELS,
     setup=TranslationSetup,
     presets={
-        f"{family} {size}": preset_for(family, size)
-        for family in ("transformer", "rnn")
-        for size in sizes_of(family)
+        **{f"transformer {size}": preset for size, preset in TRANSFORMER_SIZES.items()},
+        **{f"rnn {size}": preset for size, preset in RNN_SIZES.items()},
     },
     spec=TRANSLATION,
     command=TrainCommand(
