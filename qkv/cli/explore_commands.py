@@ -173,7 +173,8 @@ def _explore(args: argparse.Namespace) -> int:
             raise InputError("no inputs: pass sentences or image files as arguments or on stdin")
     if family is None:
         raise InputError(f"no model family registered owns {model_type!r} checkpoints")
-    opened = family.view(args.checkpoint, inputs, call_with_options(ViewRequest, args))
+    request = call_with_options(ViewRequest, args, device=str(args.device))
+    opened = family.view(args.checkpoint, inputs, request)
     data = opened.data
     if opened.model is not None:
         _make_live(args, data, opened.model, opened.tokenizer)

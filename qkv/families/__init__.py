@@ -28,8 +28,11 @@ from .record import (
     train_with_spec,
 )
 
-for _family in (translation.FAMILY, captioning.FAMILY, classifier.FAMILY, lm.FAMILY):
-    register_family(_family)
+# in this order: the order of `qkv train --help`
+register_family(translation.FAMILY)
+register_family(captioning.FAMILY)
+register_family(classifier.FAMILY)
+register_family(lm.FAMILY)
 
 __all__ = [
     "AnyFamily",

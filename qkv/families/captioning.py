@@ -10,7 +10,7 @@ from ..errors import CheckpointError, DataError
 from ..explore import explorer_of_type
 from ..tasks.captioner_eval import evaluate_captioning
 from ..tasks.captioning import CAPTIONING, CaptioningSetup, caption_examples
-from ..tasks.evaluate import Evaluation, EvaluationRequest, trained_on
+from ..tasks.evaluate import Evaluation, EvaluationRequest, data_to_score
 from ..tasks.image_captioner import CAPTIONER, ImageCaptioner
 from ..tasks.presets import CAPTIONER_SIZES
 from ..tasks.translator import reading_errors
@@ -24,7 +24,7 @@ def score(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
     attention on each object word's object."""
     with reading_errors(CheckpointError):
         captioner = ImageCaptioner.from_checkpoint(checkpoint, device=request.device)
-    data, split = request.data or trained_on(checkpoint), request.split or "test"
+    data, split = data_to_score(checkpoint, request), request.split or "test"
     with reading_errors(DataError):
         examples = caption_examples(
             data,

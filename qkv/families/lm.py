@@ -33,6 +33,8 @@ def score(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
     """Loss and perplexity per token over the split's windows of the run's context."""
     lm = load_lm(checkpoint, device=request.device)
     data = request.data or (lm.setup.data if lm.setup is not None else None)
+    if data is None:
+        raise InputError(f"{checkpoint} is not a run of qkv train lm: give the text to score")
     split = request.split or "valid"
     if split not in ("train", "valid"):
         raise InputError(

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-import torch
 from torch import nn
 
 from ..errors import CheckpointError, InputError
@@ -114,7 +113,7 @@ class ViewRequest:
     """What `qkv explore` was asked besides the checkpoint and its inputs (each family reads
     the fields that apply to it; the command has refused the others already)."""
 
-    device: str | torch.device = "cpu"
+    device: str = "cpu"
     test: int | None = None
     beam: int = 4
     length_penalty: float = 1.0

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..explore import explorer_of_type
-from ..tasks.evaluate import Evaluation, EvaluationRequest, trained_on
+from ..tasks.evaluate import Evaluation, EvaluationRequest, data_to_score
 from ..tasks.presets import RNN_SIZES, TRANSFORMER_SIZES
 from ..tasks.translation import TRANSLATION, TranslationSetup
 from ..tasks.translator import TRANSLATION_MODELS, Translator, score_translator
@@ -25,7 +25,7 @@ __all__ = ["FAMILY"]
 
 def score(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
     """BLEU, chrF and exact match of the translations (per source length on request)."""
-    data, split = request.data or trained_on(checkpoint), request.split or "test"
+    data, split = data_to_score(checkpoint, request), request.split or "test"
     translator = Translator.from_checkpoint(checkpoint, device=request.device)
     report = score_translator(
         translator,

@@ -15,7 +15,7 @@ from ..errors import CheckpointError, InputError
 from ..training import load_checkpoint
 from .translator import reading_errors
 
-__all__ = ["EvaluationRequest", "Evaluation", "trained_on"]
+__all__ = ["EvaluationRequest", "Evaluation", "trained_on", "data_to_score"]
 
 
 @dataclass(frozen=True)
@@ -54,3 +54,14 @@ def trained_on(checkpoint: str | Path) -> str | None:
     with reading_errors(CheckpointError):
         setup = load_checkpoint(checkpoint, load_tokenizers=False).metadata.get("setup", {})
     return setup.get("data") if isinstance(setup, dict) else None
+
+
+def data_to_score(checkpoint: str | Path, request: EvaluationRequest) -> str:
+    """The data a request scores: its own, else the data the checkpoint's run trained on."""
+    data = request.data or trained_on(checkpoint)
+    if data is None:
+        raise CheckpointError(
+            f"{checkpoint} does not say which data it was trained on; give the data to score "
+            "(--data)"
+        )
+    return data
