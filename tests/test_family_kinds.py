@@ -86,7 +86,8 @@ def test_the_check_sees_a_comparison_and_a_dict_keyed_by_a_kind(source, count):
 
 
 def test_every_declared_module_exists():
-    """A record's ``modules`` names real modules (a typo would hide an offender)."""
+    """A record's ``modules`` in qkv names real modules (a typo would hide an offender)."""
     modules = {_module(path) for path in PACKAGE.rglob("*.py")}
     for family in families():
-        assert set(family.modules) <= modules, (family.name, set(family.modules) - modules)
+        declared = {name for name in family.modules if name.split(".")[0] == "qkv"}
+        assert declared <= modules, (family.name, declared - modules)

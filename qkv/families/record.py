@@ -25,6 +25,7 @@ order of `qkv train --help`); :func:`family_of_type` finds the family of a check
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,8 @@ from ..tasks.evaluate import Evaluation, EvaluationRequest
 from ..tasks.presets import Preset
 from ..tasks.task import TaskSpec, train_with_options
 from ..tasks.translator import OTHER_TASKS
-from ..training import TrainResult, checkpoint_model_type
+from ..training import TrainConfig, TrainResult, checkpoint_model_type
+from ..training.schedules import available_schedules, schedule_kind
 
 __all__ = [
     "Family",
@@ -244,9 +246,35 @@ AnyFamily = Family[Any, Any, Any]
 _FAMILIES: dict[str, AnyFamily] = {}
 
 
+#: The options of every `qkv train` task besides its setup's fields.
+COMMAND_OPTIONS = ("out", "json", "resume", "threads", "beta2")
+
+
+def trainer_names() -> set[str]:
+    """The names a setup field may not take: the trainer's options (TrainConfig's fields,
+    every schedule's options) and those every `qkv train` task has."""
+    names = {item.name for item in dataclasses.fields(TrainConfig)} | set(COMMAND_OPTIONS)
+    for schedule in available_schedules():
+        names |= set(schedule_kind(schedule).options)
+    return names
+
+
 def register_family(family: Family[S, R, V]) -> Family[S, R, V]:
-    """Make ``family`` one of those every command reads (its explorer adapters too); a
-    name or a model type another family holds is refused."""
+    """Make ``family`` one of those every command reads (its explorer adapters too).  A name
+    or a model type another family holds, a setup field without a help, or one named as a
+    trainer option (its flag would clash) is refused here, before any parser is built."""
+    for item in dataclasses.fields(family.setup):  # type: ignore[arg-type]  # S: a dataclass
+        if "help" not in item.metadata:
+            raise TypeError(
+                f"{family.setup.__name__}.{item.name} has no metadata['help']: declare it "
+                "with qkv.tasks.task.setup_field, so that its option says what it does"
+            )
+    clashing = sorted({item.name for item in dataclasses.fields(family.setup)} & trainer_names())  # type: ignore[arg-type]  # S: a dataclass
+    if clashing:
+        raise TypeError(
+            f"family {family.name!r}: setup fields {clashing} are named as trainer options; "
+            "rename them"
+        )
     taken = {t: f.name for f in _FAMILIES.values() for t in f.model_types if f.name != family.name}
     clash = [t for t in family.model_types if t in taken]
     if clash:
