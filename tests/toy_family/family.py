@@ -124,10 +124,15 @@ def score(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
 
 
 class ToyAdapter(ExplorerAdapter):
-    """The toy on the page: one self-attention layer, shown as an encoder's."""
+    """The toy on the page: one self-attention layer over the digits, in a kind of page of
+    its own (script/kinds.js does not know it)."""
 
-    kind, views = "encoder", ("encoder",)
+    kind, views = "toy", ("encoder",)
     config_facts = {"layers": "num_layers", "heads": "num_heads", "positions": "max_len"}
+    page = {"multiHead": True, "sourceRow": "digits", "targetRow": None, "classifier": False}
+
+    def describe(self, model: nn.Module) -> str:
+        return f"toy: {model.config.num_heads} heads over the digits"
 
     def pages(self, model: nn.Module, inputs: list[Any], request: ExploreRequest) -> list[dict]:
         pages = []
@@ -140,7 +145,7 @@ class ToyAdapter(ExplorerAdapter):
             view = attention_view(
                 "encoder", "self-attention", tokens, tokens, "source", "source", layers
             )
-            view.update(causal=False, vectors=None)
+            view.update(causal=False)  # no q, k, v stored: the neuron view says so
             label = CLASSES[int(output.logits[0, 0, 1:].argmax())]
             pages.append(
                 {

@@ -3,7 +3,11 @@ point, registered by its record alone (nothing of qkv names it)."""
 
 import json
 
+import pytest
+import torch
+
 from qkv.cli.main import main
+from qkv.explore import explore, write_html
 from qkv.families import families, family_of_type
 
 from . import FAMILY
@@ -34,7 +38,7 @@ def test_the_toy_trains_evaluates_and_opens_in_the_explorer(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "17 ->" in out and "2345 ->" in out and page.is_file()
     html = page.read_text(encoding="utf-8")
-    assert '"kind": "encoder"' in html or '"kind":"encoder"' in html
+    assert "toy: 2 heads over the digits" in html  # the page kind the adapter declares
 
 
 def test_a_setup_field_is_an_option_with_its_help(capsys):
@@ -45,3 +49,32 @@ def test_a_setup_field_is_an_option_with_its_help(capsys):
     help_text = capsys.readouterr().out
     assert "--d-model" in help_text and "the attention's width" in help_text
     assert "--examples" in help_text and "(default: 64)" in help_text
+
+
+@pytest.mark.browser
+def test_the_toy_s_own_kind_of_page_draws_its_weights(tmp_path_factory):
+    """The page draws a kind it has no entry for from what the adapter declares."""
+    from tests.test_explore_browser import cells, open_page, start_browser
+
+    from .family import DigitTokens, ToyAdapter
+    from .model import ToyClassifier, ToyConfig
+
+    torch.manual_seed(0)
+    model = ToyClassifier(ToyConfig()).eval()
+    folder = tmp_path_factory.mktemp("toy-page")
+    data = explore(model, ["1779"], tokenizer=DigitTokens())
+    write_html(data, folder / "toy.html")
+    weights = model(torch.tensor([[2, 8, 8, 10]]), need_weights=True).attention["self"][0][0]
+    browser_run = start_browser(tmp_path_factory)
+    browser = next(browser_run)
+    try:
+        open_page(browser, {"folder": folder}, "toy")
+        info = browser.find_element("id", "model-info").text
+        assert info == ToyAdapter().describe(model)
+        browser.execute_script("window.qkv.show(arguments[0])", {"layer": 0, "head": 1})
+        drawn = cells(browser)
+        assert len(drawn) == 16
+        for (row, col), value in drawn.items():
+            assert abs(float(value) - float(weights[1, row, col])) <= 1e-3
+    finally:
+        browser_run.close()
