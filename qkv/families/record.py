@@ -29,9 +29,9 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from torch import nn
+from torch import Tensor, nn
 
 from ..errors import CheckpointError, InputError
 from ..explore import ExplorerAdapter, explore, register_explorer
@@ -41,6 +41,9 @@ from ..tasks.task import TaskSpec, train_with_options
 from ..tasks.translator import OTHER_TASKS
 from ..training import TrainConfig, TrainResult, checkpoint_model_type
 from ..training.schedules import available_schedules, schedule_kind
+
+if TYPE_CHECKING:  # the type checkers' name for "an instance of a dataclass"
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "Family",
@@ -63,10 +66,10 @@ __all__ = [
     "evaluate_checkpoint",
 ]
 
-S = TypeVar("S")
+S = TypeVar("S", bound="DataclassInstance")  # a family's setup is a dataclass
 R = TypeVar("R")
 V = TypeVar("V")
-S_contra = TypeVar("S_contra", contravariant=True)
+S_contra = TypeVar("S_contra", bound="DataclassInstance", contravariant=True)
 
 #: Where a run tells what it does, line by line (the CLI: print).
 Say = Callable[[str], object]
@@ -139,7 +142,7 @@ class ExplorerPage:
 
 def explore_with(
     model: nn.Module,
-    inputs: Sequence[object],
+    inputs: Sequence[str | Sequence[int] | Tensor],
     request: ViewRequest,
     *,
     tokenizer: object,
@@ -149,7 +152,7 @@ def explore_with(
     (:func:`qkv.explore.explore`; its adapter reads those that apply)."""
     data = explore(
         model,
-        inputs,  # type: ignore[arg-type]  # each adapter checks its own kind of input
+        inputs,
         tokenizer=tokenizer,
         beam=request.beam,
         length_penalty=request.length_penalty,
@@ -263,13 +266,13 @@ def register_family(family: Family[S, R, V]) -> Family[S, R, V]:
     """Make ``family`` one of those every command reads (its explorer adapters too).  A name
     or a model type another family holds, a setup field without a help, or one named as a
     trainer option (its flag would clash) is refused here, before any parser is built."""
-    for item in dataclasses.fields(family.setup):  # type: ignore[arg-type]  # S: a dataclass
+    for item in dataclasses.fields(family.setup):
         if "help" not in item.metadata:
             raise TypeError(
                 f"{family.setup.__name__}.{item.name} has no metadata['help']: declare it "
                 "with qkv.tasks.task.setup_field, so that its option says what it does"
             )
-    clashing = sorted({item.name for item in dataclasses.fields(family.setup)} & trainer_names())  # type: ignore[arg-type]  # S: a dataclass
+    clashing = sorted({item.name for item in dataclasses.fields(family.setup)} & trainer_names())
     if clashing:
         raise TypeError(
             f"family {family.name!r}: setup fields {clashing} are named as trainer options; "
