@@ -2,7 +2,7 @@
 itself: the test parses it.
 
     {functional, data} <- layers <- distributed <- models <- {training, decoding,
-    evaluation, plotting, pretrained, integrations} <- explore <- tasks <- cli
+    evaluation, plotting, pretrained, integrations} <- explore <- tasks <- families <- cli
 
 A package may import the packages to its left.  Among the packages in one pair of braces
 none imports another.  There are two ground floors: ``functional`` (attention as functions
@@ -11,8 +11,9 @@ model needs); everything above may read both.
 ``distributed`` is math on tensors over torch.distributed (ring attention, sequence
 sharding): it runs functional's kernels and sits below the models that call it.
 ``explore`` extracts every model's attention for the explorer page and ``qkv attention``.
-``tasks`` builds whole jobs from every task package and ``pretrained``; ``cli`` parses and
-calls ``tasks``.  ``integrations`` plugs qkv's kernels into other libraries' interfaces
+``tasks`` builds whole jobs from every task package and ``pretrained``; ``families`` declares
+each model family as one record over its jobs (qkv.families); ``cli`` parses and calls
+``families`` and ``tasks``.  ``integrations`` plugs qkv's kernels into other libraries' interfaces
 (transformers' attention backend) beside the task packages.  ``qkv.errors`` is plain Python under everything: any module may raise
 its errors.  The core (functional, layers) depends on torch alone.
 """
@@ -98,7 +99,8 @@ def test_the_picture_places_every_subpackage_and_reads_as_stated():
     task_packages = {"training", "decoding", "evaluation", "plotting", "pretrained"}
     assert {LEVEL[name] for name in task_packages} == {LEVEL["models"] + 1}
     assert LEVEL["explore"] == LEVEL["models"] + 2
-    assert LEVEL["tasks"] == LEVEL["explore"] + 1 and LEVEL["cli"] == LEVEL["tasks"] + 1
+    assert LEVEL["tasks"] == LEVEL["explore"] + 1 and LEVEL["families"] == LEVEL["tasks"] + 1
+    assert LEVEL["cli"] == LEVEL["families"] + 1
     on_disk = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     assert on_disk <= set(LEVEL), f"not in the picture: {sorted(on_disk - set(LEVEL))}"
 

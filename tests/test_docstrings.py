@@ -21,6 +21,7 @@ REFERENCE = [
     "qkv.training",
     "qkv.pretrained",
     "qkv.explore",
+    "qkv.families",
 ]
 EXEMPT_METHODS = {"extra_repr"}
 

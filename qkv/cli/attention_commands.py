@@ -48,7 +48,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _attention(args: argparse.Namespace) -> int:
     from ..errors import InputError
-    from ..training import checkpoint_model_type
+    from ..families import family_of_checkpoint
 
     if not args.out and not args.weights_out:
         raise InputError("say what to write: --out heatmap.png, --weights-out weights.npz, or both")
@@ -64,12 +64,11 @@ def _attention(args: argparse.Namespace) -> int:
 
         loaded = load_folder(args.pretrained)
         return _text_attention(args, loaded.model, loaded.tokenizer)
-    if checkpoint_model_type(args.checkpoint) == "lm":
-        from ..tasks.lm import load_lm
-
-        lm = load_lm(args.checkpoint)
-        return _text_attention(args, lm.model, lm.tokenizer)
-    return _translation_attention(args)
+    _, family = family_of_checkpoint(args.checkpoint)
+    if family is not None and family.text_model is not None:  # a model that reads one text
+        loaded = family.text_model(args.checkpoint)
+        return _text_attention(args, loaded.model, loaded.tokenizer)
+    return _translation_attention(args)  # a translator (another model: its error and fix)
 
 
 def _text_attention(args: argparse.Namespace, model, tokenizer) -> int:

@@ -6,7 +6,8 @@ import argparse
 import json
 
 from ..data import SPLITS
-from ..tasks.evaluate import EvaluationRequest, evaluate_checkpoint
+from ..families import evaluate_checkpoint
+from ..tasks.evaluate import EvaluationRequest
 from .commands import add_checkpoint_options, add_command
 from .options import setup_from
 
@@ -51,5 +52,5 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _evaluate(args: argparse.Namespace) -> int:
     evaluation = evaluate_checkpoint(args.checkpoint, setup_from(args, EvaluationRequest))
-    print(json.dumps(evaluation.scores) if args.json else "\n".join(evaluation.lines))
+    print(json.dumps(dict(evaluation.scores)) if args.json else "\n".join(evaluation.lines))
     return 0

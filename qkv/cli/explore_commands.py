@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..explore.live import LIVE_MAX_MB
 from .commands import add_device_option
@@ -135,7 +134,7 @@ def add_sampling_options(parser: argparse.ArgumentParser) -> None:
 def _explore(args: argparse.Namespace) -> int:
     from ..errors import InputError
     from ..explore import check_page_path, explorer_of_type
-    from ..training import checkpoint_model_type
+    from ..families import ViewRequest, family_of_checkpoint
 
     if not args.out and not args.serve:
         raise InputError("say where the page goes: --out explore.html, or --serve, or both")
@@ -151,26 +150,34 @@ def _explore(args: argparse.Namespace) -> int:
             print(f"{page['name']} -> {len(page['source_tokens'])} tokens")
         _make_live(args, data, model, tokenizer)
         return _write_page(args, data)
-    model_type = checkpoint_model_type(args.checkpoint)
-    if args.live and explorer_of_type(model_type).live is None:
+    model_type, family = family_of_checkpoint(args.checkpoint)
+    adapter = explorer_of_type(model_type)
+    if args.live and adapter.live is None:
         raise InputError(
             "--live is for Transformer and RNN translators and language models; this "
             f"checkpoint is a {model_type!r} model: write a static page"
         )
-    if args.generate and not explorer_of_type(model_type).generates:
+    if args.generate and not adapter.generates:
         raise InputError("--generate N is for language models; this checkpoint decodes")
-    if args.vectors is not None and not explorer_of_type(model_type).vectors:
+    if args.vectors is not None and not adapter.vectors:
         raise InputError(
             "--vectors (the neuron view) is for language models, pretrained folders and "
             "Transformer translators"
         )
-    if explorer_of_type(model_type).takes_labels:  # a classifier: pictures or test items
-        data = _classifier_data(args)
-    else:
+    inputs = args.inputs
+    if not adapter.takes_labels:  # a classifier reads pictures or test items (--test N)
         if args.test is not None:
             raise InputError("--test N is for classifiers; pass sentences or image files")
-        data, model, tokenizer = _decoder_data(args, model_type)
-        _make_live(args, data, model, tokenizer)
+        inputs = inputs or [line.strip() for line in sys.stdin if line.strip()]
+        if not inputs:
+            raise InputError("no inputs: pass sentences or image files as arguments or on stdin")
+    if family is None:
+        raise InputError(f"no model family registered owns {model_type!r} checkpoints")
+    request = call_with_options(ViewRequest, args, device=str(args.device))
+    opened = family.view(args.checkpoint, inputs, request)
+    data = opened.data
+    if opened.model is not None:
+        _make_live(args, data, opened.model, opened.tokenizer)
     for page in data["inputs"]:
         truth = page.get("truth_tokens")
         print(
@@ -213,43 +220,3 @@ def _pretrained_data(args: argparse.Namespace) -> tuple[dict, object, object]:
     )
     data["model"]["architecture"] = loaded.architecture
     return data, loaded.model, loaded.tokenizer
-
-
-def _decoder_data(args: argparse.Namespace, model_type: str) -> tuple[dict, object, object]:
-    """The page's data, the model and its tokenizer."""
-    from ..errors import InputError
-    from ..explore import explore
-    from ..tasks import ImageCaptioner, Translator
-
-    inputs = args.inputs or [line.strip() for line in sys.stdin if line.strip()]
-    if not inputs:
-        raise InputError("no inputs: pass sentences or image files as arguments or on stdin")
-    # each family reads the options that apply to it (_explore refused --generate and
-    # --vectors where they do not)
-    if model_type == "lm":
-        from ..tasks.lm import load_lm
-
-        lm = load_lm(args.checkpoint, device=args.device)
-        data = call_with_options(explore, args, lm.model, inputs, tokenizer=lm.tokenizer)
-        return data, lm.model, lm.tokenizer
-    if model_type == "captioner":
-        captioner = ImageCaptioner.from_checkpoint(args.checkpoint, device=args.device)
-        images = captioner.load_images(inputs)
-        names = [Path(path).name for path in inputs]
-        data = call_with_options(
-            explore, args, captioner.model, images, tokenizer=captioner.vocab, names=names
-        )
-        return data, captioner.model, captioner.vocab
-    translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
-    data = call_with_options(
-        explore, args, translator.model, inputs, tokenizer=translator.tokenizer
-    )
-    return data, translator.model, translator.tokenizer
-
-
-def _classifier_data(args: argparse.Namespace) -> dict:
-    from ..tasks.classifier_explore import classifier_explorer_data
-
-    return classifier_explorer_data(
-        args.checkpoint, args.inputs, test=args.test, device=args.device
-    )

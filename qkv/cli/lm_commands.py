@@ -1,4 +1,4 @@
-"""Subcommands for language models: `qkv train lm`, `qkv generate` and `qkv export`."""
+"""Subcommands for language models: `qkv generate` and `qkv export`."""
 
 from __future__ import annotations
 
@@ -6,69 +6,13 @@ import argparse
 import json
 import sys
 
-from ..tasks.lm import LMSetup
-from ..tasks.lm_start import FINETUNE_CONTEXT, START_FIELDS
-from ..tasks.presets import LM_FINETUNE, PRESETS, sizes_of
-from .commands import add_command, add_device_option, report_run, train_task_from_args
-from .options import add_task_options, call_with_options
-
-#: LMSetup field -> help of its option.
-SETUP_HELP = {
-    "data": "kjv or a UTF-8 text file",
-    "init_from": "fine-tune: a Hugging Face gpt2, llama, qwen2 or mistral folder (config.json, "
-    "model.safetensors, tokenizer.json), or a run of `qkv train lm`. Its model and its "
-    "tokenizer are used; the options that build a model ("
-    + ", ".join("--" + name.replace("_", "-") for name in START_FIELDS)
-    + ") are refused unless left at their defaults or equal to its own",
-    "arch": "the architecture: gpt (LayerNorm, GELU, learned positions, tied output), llama "
-    "(RMSNorm, SwiGLU, RoPE, untied) or nanochat (parameter-free RMSNorm, ReLU^2, RoPE, "
-    "QK-norm, soft-capped logits)",
-    "size": "; ".join(f"{size}: {PRESETS[('lm', size)].summary}" for size in sizes_of("lm")),
-    "context": "tokens per training window (default: the size's; with --init-from, the "
-    f"model's positions, at most {FINETUNE_CONTEXT})",
-    "positions": "learned, sinusoidal, rope or alibi (the last three extend past --context; "
-    "default: the architecture's, gpt learned, llama and nanochat rope)",
-    "tokenizer": "char or byte-level BPE",
-    "vocab_size": "byte-level BPE vocabulary",
-    "num_kv_heads": "grouped key/value heads (default: all)",
-    "window": "attend to the last W positions only (sliding window on the flex kernel)",
-    "window_pattern": "which layers use --window: S (window) and L (full attention) tiled over "
-    "the layers, the last always full, e.g. SSSL (default: every layer)",
-    "pack": "pack documents end to end into each window, attention and positions kept inside "
-    "each document (kjv: a verse is a document; a text file: paragraphs separated by a blank "
-    "line); with --init-from each opens with the folder's BOS token",
-    "dropout": "dropout, overriding the size's default (with --init-from: the model's; a "
-    "folder's loads with 0)",
-    "batch_size": "windows per batch; sets --max-tokens unless that is given",
-}
+from .commands import add_command, add_device_option
+from .options import call_with_options
 
 
-def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAction) -> None:
-    """Add `qkv train lm` (to ``tasks``, the subcommands of `qkv train`) and `qkv generate`."""
-    lm = add_command(
-        tasks,
-        "lm",
-        help="train a decoder-only language model (GPT, Llama, nanochat) on text",
-        description="Train a decoder-only Transformer language model on the built-in King James "
-        "Bible (kjv, ~4.5 MB of English) or any UTF-8 text file (its last 5% of lines are the "
-        "validation text). Checkpoints, the tokenizer and log.jsonl (with validation loss and "
-        "perplexity) go to --out; --resume continues exactly; `qkv curves` plots the run. "
-        "With --init-from a pretrained model (a Hugging Face GPT-2 or Llama-family folder, or "
-        "another run) is fine-tuned on the text, encoded with its own tokenizer; `qkv "
-        "generate --checkpoint` samples from the result.",
-        examples="qkv train lm --data kjv --out runs/lm --size small --max-minutes 10 --threads 1"
-        "\nqkv train lm --data my.txt --out runs/mine --tokenizer bytebpe --positions rope"
-        "\nqkv train lm --arch llama --window 32 --window-pattern SSSL --out runs/llama"
-        "\nqkv train lm --init-from models/gpt2 --data my.txt --out runs/gpt2-mine --max-steps 500"
-        "\nqkv train lm --init-from runs/lm --data my.txt --out runs/lm-mine --lr 3e-4",
-    )
-    lm.add_argument("--out", required=True, help="run folder (checkpoints, tokenizer, log.jsonl)")
-    presets = {size: PRESETS[("lm", size)] for size in sizes_of("lm")}
-    presets["--init-from"] = LM_FINETUNE
-    notes = {"max_tokens": "--batch-size windows of the context"}
-    add_task_options(lm, LMSetup, {None: SETUP_HELP}, presets, notes=notes)
-    lm.set_defaults(run=_train_lm)
-
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add `qkv generate` and `qkv export` (`qkv train lm` is the family's:
+    ``train_commands``)."""
     generate = add_command(
         commands,
         "generate",
@@ -114,19 +58,6 @@ def register(commands: argparse._SubParsersAction, tasks: argparse._SubParsersAc
     export.add_argument("--to", choices=("hf",), default="hf", help="the format: hf (default)")
     export.add_argument("--out", required=True, help="a new (or empty) folder to write")
     export.set_defaults(run=_export)
-
-
-def _train_lm(args: argparse.Namespace) -> int:
-    from ..tasks.lm import LM
-
-    result = train_task_from_args(LM, LMSetup, args)
-    # the last validation scored the whole text as well (``*_full``): report that one
-    full = {k.removesuffix("_full"): v for k, v in result.valid.items() if k.endswith("_full")}
-    valid = full or result.valid
-    summary = ""
-    if "valid_loss" in valid:
-        summary = f", valid loss {valid['valid_loss']:.4f} (perplexity {valid['valid_ppl']:.2f})"
-    return report_run(result, args.out, summary)
 
 
 def _generate(args: argparse.Namespace) -> int:

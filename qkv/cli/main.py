@@ -21,6 +21,7 @@ from . import (
     evaluate_commands,
     explore_commands,
     lm_commands,
+    train_commands,
     translation_commands,
 )
 from .options import flags_of
@@ -67,15 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train_tasks = train.add_subparsers(dest="task", metavar="TASK")
     train_tasks.required = True
+    train_commands.register(train_tasks)  # one task per registered model family
     demo_commands.register(commands)
-    translation_commands.register(commands, train_tasks)
+    translation_commands.register(commands)
     evaluate_commands.register(commands)
-    captioning_commands.register(commands, train_tasks)
+    captioning_commands.register(commands)
     curve_commands.register(commands)
     explore_commands.register(commands)
     attention_commands.register(commands)
-    classifier_commands.register(commands, train_tasks)
-    lm_commands.register(commands, train_tasks)
+    classifier_commands.register(commands)
+    lm_commands.register(commands)
     return parser
 
 

@@ -2,8 +2,9 @@
 
 Each option's name, type, choices and default come from the field (a field's
 ``metadata["choices"]`` lists its values); the defaults of the trainer's options come from
-the family's presets (``qkv.tasks.presets``), so ``--help`` reads the same record the library
-trains with.  Only the help prose is the CLI's own.
+the family's presets (``qkv.tasks.presets``), and a setup field's help from its own
+metadata, so ``--help`` reads the same record the library trains with.  Only the trainer's
+help prose is the CLI's own.
 """
 
 from __future__ import annotations
@@ -90,37 +91,47 @@ def _value_type(hint: Any) -> type:
 def add_setup_options(
     parser: argparse.ArgumentParser,
     setup_type: type,
-    sections: Mapping[str | None, Mapping[str, str]],
     *,
     flags: Mapping[str, str] | None = None,
 ) -> None:
-    """One option per field of ``setup_type`` named in ``sections`` (group title -> field ->
-    help; None: no group).  A bool field that defaults to True is turned off by ``--no-x``;
-    ``flags`` renames an option (field -> flag)."""
+    """One option per field of ``setup_type``, in the field order, with the help, choices and
+    ``--help`` group of its metadata (:func:`~qkv.tasks.task.setup_field`); a field without a
+    help is an error here, so no field can be left without its option.  A bool field that
+    defaults to True is turned off by ``--no-x``; ``flags`` renames an option (field -> flag)."""
     hints = typing.get_type_hints(setup_type)
-    fields = {field.name: field for field in dataclasses.fields(setup_type)}
-    for title, helps in sections.items():
-        target = parser if title is None else parser.add_argument_group(title)
-        for name, text in helps.items():
-            field, kind = fields[name], _value_type(hints[name])
-            flag = (flags or {}).get(name, _flag(name))
-            if kind is bool and field.default is True:
-                flag = "--no-" + flag[2:]
-            record_flags(parser, **{name: flag})
-            if kind is bool:
-                action = "store_false" if field.default is True else "store_true"
-                target.add_argument(flag, dest=name, action=action, help=text)
-                continue
-            if field.default is not None and "default" not in text:
-                text = f"{text} (default: {field.default})"
-            target.add_argument(
-                flag,
-                dest=name,
-                type=kind,
-                default=field.default,
-                choices=field.metadata.get("choices"),
-                help=text,
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for field in dataclasses.fields(setup_type):
+        name = field.name
+        if "help" not in field.metadata:
+            raise TypeError(
+                f"{setup_type.__name__}.{name} has no metadata['help']: declare it with "
+                "qkv.tasks.task.setup_field, so that its option says what it does"
             )
+        text, title = field.metadata["help"], field.metadata.get("group")
+        target: argparse._ActionsContainer = parser
+        if title is not None:
+            if title not in groups:
+                groups[title] = parser.add_argument_group(title)
+            target = groups[title]
+        kind = _value_type(hints[name])
+        flag = (flags or {}).get(name, _flag(name))
+        if kind is bool and field.default is True:
+            flag = "--no-" + flag[2:]
+        record_flags(parser, **{name: flag})
+        if kind is bool:
+            action = "store_false" if field.default is True else "store_true"
+            target.add_argument(flag, dest=name, action=action, help=text)
+            continue
+        if field.default is not None and "default" not in text:
+            text = f"{text} (default: {field.default})"
+        target.add_argument(
+            flag,
+            dest=name,
+            type=kind,
+            default=field.default,
+            choices=field.metadata.get("choices"),
+            help=text,
+        )
 
 
 def setup_from(args: argparse.Namespace, setup_type: type) -> Any:
@@ -223,16 +234,15 @@ def add_train_options(
 def add_task_options(
     parser: argparse.ArgumentParser,
     setup_type: type,
-    sections: Mapping[str | None, Mapping[str, str]],
     presets: Mapping[str, Preset],
     *,
     flags: Mapping[str, str] | None = None,
     notes: Mapping[str, str] | None = None,
 ) -> None:
     """What a `qkv train` task takes: an option per field of its ``setup_type``
-    (:func:`add_setup_options`, with ``sections`` and ``flags``), then the trainer's, with
+    (:func:`add_setup_options`, with ``flags``), then the trainer's, with
     the defaults of the family's ``presets`` (:func:`add_train_options`, with ``notes``)."""
-    add_setup_options(parser, setup_type, sections, flags=flags)
+    add_setup_options(parser, setup_type, flags=flags)
     add_train_options(parser, presets, notes=notes)
 
 

@@ -116,10 +116,13 @@ def explore(
     if names is not None:
         for page, name in zip(pages, names, strict=True):
             page["name"] = str(name)
+    facts = {"kind": adapter.kind, "class": type(model).__name__, **adapter.facts(model)}
+    if adapter.page is not None:  # a kind of page the adapter declares (script/kinds.js)
+        facts["page"] = {**adapter.page, "info": adapter.describe(model)}
     return {
         "format": FORMAT,
         "version": VERSION,
-        "model": {"kind": adapter.kind, "class": type(model).__name__, **adapter.facts(model)},
+        "model": facts,
         "weight_scale": WEIGHT_SCALE,
         "inputs": pages,
     }

@@ -7,7 +7,8 @@ An adapter says which kind of page it fills (``kind``: an entry of script/kinds.
 attention views it has (``views``), why a model of its type may have nothing to show
 (``refusal``), the facts the page's header prints (``facts``) and the page's entry for each
 input (``pages``).  Adding a model family to the explorer is one adapter, registered with
-:func:`register_explorer`, and one entry in script/kinds.js.
+:func:`register_explorer` (a family's record does it), which fills one of the page kinds of
+script/kinds.js or declares its own (``page``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ class ExplorerAdapter(ABC):
     vectors: whether ``vectors=`` (q, k, v of some layers, for the neuron view) applies.
     live: the family's forward pass in the page (``script/live/<live>.js``), which a live
         page runs on what the learner types (``qkv.explore.live``); None: no live page.
+    page: a kind of page of the adapter's own, for a ``kind`` that script/kinds.js does not
+        hold: what a kinds.js entry says (``multiHead``, ``sourceRow``, ``targetRow``,
+        ``classifier``, ``term``, ``gridTitle``, ``metrics``), as JSON-able data; the
+        header's line is :meth:`describe`'s.  None: the kinds.js entry of ``kind``.
     """
 
     kind: str
@@ -75,6 +80,12 @@ class ExplorerAdapter(ABC):
     generates: bool = False
     vectors: bool = False
     live: str | None = None
+    page: Mapping[str, Any] | None = None
+
+    def describe(self, model: nn.Module) -> str:
+        """The page header's line for ``model`` where the adapter declares its ``page``."""
+        facts = ", ".join(f"{name} {value}" for name, value in self.facts(model).items())
+        return f"{type(model).__name__}: {facts}" if facts else type(model).__name__
 
     def refusal(self, model: nn.Module) -> str | None:
         """Why this model has no attention weights to show (with the fix), or None."""

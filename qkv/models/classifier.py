@@ -22,6 +22,7 @@ frames of ``PAD_FRAME`` (real pixels lie in [0, 1]), and :func:`frame_mask` find
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from torch import Tensor, nn
@@ -270,6 +271,29 @@ class FrameTagger(nn.Module):
         return self.classify(source)
 
 
-register_model("image-classifier", ClassifierConfig, ImageClassifier)
-register_model("clip-classifier", ClipClassifierConfig, ClipClassifier)
-register_model("frame-tagger", FrameTaggerConfig, FrameTagger)
+def _dropping(*unread: str):
+    """Before 2026-12-02 the three classifiers shared one config holding every one's fields:
+    a config saved then loses the ``unread`` fields its model never read (its weights do not
+    depend on them)."""
+
+    def upgrade(config: dict, shapes: Mapping[str, tuple[int, ...]]) -> dict:
+        for name in unread:
+            config.pop(name, None)
+        return config
+
+    return upgrade
+
+
+register_model(
+    "image-classifier",
+    ClassifierConfig,
+    ImageClassifier,
+    upgrade=_dropping("pool", "tagger_layers", "num_heads", "positions"),
+)
+register_model(
+    "clip-classifier",
+    ClipClassifierConfig,
+    ClipClassifier,
+    upgrade=_dropping("tagger_layers", "num_heads", "positions"),
+)
+register_model("frame-tagger", FrameTaggerConfig, FrameTagger, upgrade=_dropping("pool"))

@@ -21,6 +21,7 @@ cache holds only the KV heads.  A windowed block's cache rolls
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -371,4 +372,12 @@ def _feed_forward(config: LMConfig) -> nn.Module:
     )
 
 
-register_model("lm", LMConfig, DecoderLM)
+def _upgrade(config: dict, shapes: Mapping[str, tuple[int, ...]]) -> dict:
+    """A config saved before the one-LM config (2026-12-07) named the norms' epsilon
+    ``layer_norm_eps``; it is ``norm_eps`` now."""
+    if "layer_norm_eps" in config:
+        config["norm_eps"] = config.pop("layer_norm_eps")
+    return config
+
+
+register_model("lm", LMConfig, DecoderLM, upgrade=_upgrade)

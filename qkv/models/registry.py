@@ -3,21 +3,45 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch import nn
 
-__all__ = ["register_model", "build_model", "model_type_of", "available_models", "config_to_dict"]
+__all__ = [
+    "register_model",
+    "build_model",
+    "model_type_of",
+    "available_models",
+    "config_to_dict",
+    "saved_config_upgrade",
+    "Upgrade",
+]
+
+#: A saved config (a dict of its fields) and its weights' shapes -> the config as it reads now.
+Upgrade = Callable[[dict[str, Any], Mapping[str, tuple[int, ...]]], dict[str, Any]]
 
 _MODELS: dict[str, tuple[type, type[nn.Module]]] = {}
+_UPGRADES: dict[str, Upgrade] = {}
 
 
-def register_model(name: str, config_class: type, model_class: type[nn.Module]) -> None:
+def register_model(
+    name: str, config_class: type, model_class: type[nn.Module], *, upgrade: Upgrade | None = None
+) -> None:
     """Make ``model_class(config_class(**fields))`` buildable by ``name``.
 
     A model class takes its frozen config dataclass as its only argument and keeps it as
-    ``self.config``."""
+    ``self.config``.  ``upgrade`` reads a config saved before one of its defaults changed
+    meaning as the model that was built then (``qkv.models.saved_configs``)."""
     _MODELS[name] = (config_class, model_class)
+    if upgrade is not None:
+        _UPGRADES[name] = upgrade
+
+
+def saved_config_upgrade(name: str) -> Upgrade | None:
+    """The upgrade of saved configs registered for ``name`` (None: its configs read as they
+    are)."""
+    return _UPGRADES.get(name)
 
 
 def available_models() -> list[str]:

@@ -15,6 +15,8 @@ prepares the attention keys once per sentence in ``start``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -223,5 +225,19 @@ def _check_source(source: Tensor, pad_id: int) -> Tensor:
     return real
 
 
-register_model("rnn-attention", RNNConfig, RNNTranslator)
-register_model("rnn", RNNConfig, RNNBaseline)
+#: The additive score's hidden layer of the RNN translators (Bahdanau's decoder).
+_ADDITIVE_KEYS = "decoder.attention.score.key_proj.weight"
+
+
+def _upgrade(config: dict, shapes: Mapping[str, tuple[int, ...]]) -> dict:
+    """A config saved before 2026-12-01, when ``attention_dim=None`` built a score as wide as
+    the encoder states (2H), gets the width its weights have (None means H now)."""
+    if config.get("attention_dim") is None:
+        shape = shapes.get(_ADDITIVE_KEYS)
+        if shape and shape[0] != config.get("hidden_dim"):
+            config["attention_dim"] = shape[0]
+    return config
+
+
+register_model("rnn-attention", RNNConfig, RNNTranslator, upgrade=_upgrade)
+register_model("rnn", RNNConfig, RNNBaseline, upgrade=_upgrade)

@@ -4,7 +4,7 @@ from .captioner_eval import CaptionScores, evaluate_captioning
 from .captioning import CaptioningSetup, caption_examples, train_captioning
 from .captioning_demo import demo_captioning
 from .demo import run_demo
-from .evaluate import Evaluation, EvaluationRequest, evaluate_checkpoint
+from .evaluate import Evaluation, EvaluationRequest
 from .image_captioner import Caption, ImageCaptioner, plot_caption_attention
 from .plots import plot_translation_attention
 from .presets import PRESETS, Preset, preset_for, recipe_for
@@ -36,7 +36,6 @@ __all__ = [
     "use_threads",
     "Evaluation",
     "EvaluationRequest",
-    "evaluate_checkpoint",
     "run_demo",
     "plot_translation_attention",
     "MODEL_BUILDERS",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -31,10 +31,11 @@ from ..training import Checkpoint, TrainConfig, TrainResult, load_checkpoint
 from ..training.loss import sequence_loss
 from ..training.validation import scores_the_loss
 from .presets import Preset, preset_for
-from .task import TaskData, TaskSpec, train_task
+from .task import TaskData, TaskSpec, setup_field, train_task
 
 __all__ = [
     "IMAGE_DATA",
+    "MODEL_TYPES",
     "ClassifierSetup",
     "ClassificationData",
     "ClassifierScores",
@@ -143,7 +144,8 @@ class _Tally:
 #: Built-in ``--data`` values besides "clips" and a folder path.
 IMAGE_DATA = ("fashion-mnist", "shapes")
 CLIPS = "clips"
-_MODEL_TYPES = {"image": "image-classifier", "clip": "clip-classifier", "per-frame": "frame-tagger"}
+#: task -> the model type it builds (``qkv.models.register_model``'s names).
+MODEL_TYPES = {"image": "image-classifier", "clip": "clip-classifier", "per-frame": "frame-tagger"}
 _CONFIGS = {"image": ClassifierConfig, "clip": ClipClassifierConfig, "per-frame": FrameTaggerConfig}
 
 
@@ -158,18 +160,43 @@ class ClassifierSetup:
     train_size / valid_size: the first N items of the split (None: all).  The remaining
     fields are the ``ClassifierConfig`` fields of the same names."""
 
-    data: str = "fashion-mnist"
-    task: str | None = field(default=None, metadata={"choices": tuple(_MODEL_TYPES)})
-    pool: str | None = field(default=None, metadata={"choices": ("attention", "mean", "last")})
-    feature_attention: bool = False
-    image_size: int | None = None
-    train_size: int | None = None
-    valid_size: int | None = 1000
-    feature_dim: int | None = None
-    grid: int | None = None
-    tagger_layers: int = 2
-    positions: bool = True
-    dropout: float = 0.1
+    data: str = setup_field(
+        "fashion-mnist",
+        "fashion-mnist, shapes, clips, or a folder of class subfolders",
+        group="data",
+    )
+    task: str | None = setup_field(
+        None,
+        "default: image for pictures, clip for --data clips",
+        choices=tuple(MODEL_TYPES),
+        group="data",
+    )
+    image_size: int | None = setup_field(
+        None, "default: 28 (fashion-mnist, clips), 64", group="data"
+    )
+    train_size: int | None = setup_field(None, "use only the first N training items", group="data")
+    valid_size: int | None = setup_field(1000, "validation items", group="data")
+    pool: str | None = setup_field(
+        None,
+        "clips: frames pooled by attention (default), mean or last (a GRU's final "
+        "state); pictures: regions pooled by mean (default) or attention",
+        choices=("attention", "mean", "last"),
+        group="model",
+    )
+    feature_attention: bool = setup_field(
+        False,
+        "SelfAttention2d over the CNN's last feature map (gate initialised at 0)",
+        group="model",
+    )
+    feature_dim: int | None = setup_field(
+        None, "CNN width (default: 32 for clips, else 64)", group="model"
+    )
+    grid: int | None = setup_field(
+        None, "regions per side (default: 8 for 64-pixel pictures, else 7)", group="model"
+    )
+    tagger_layers: int = setup_field(2, "per-frame: self-attention blocks", group="model")
+    positions: bool = setup_field(True, "per-frame: no position encodings", group="model")
+    dropout: float = setup_field(0.1, "dropout", group="model")
 
     def __post_init__(self) -> None:
         task = self.task or ("clip" if self.data == CLIPS else "image")
@@ -312,7 +339,7 @@ def build_classifier(setup: ClassifierSetup, num_classes: int, channels: int) ->
         "clip": dict(pool=setup.pool),
         "per-frame": dict(tagger_layers=setup.tagger_layers, positions=setup.positions),
     }.get(setup.task, {})
-    return build_model(_MODEL_TYPES[setup.task], _CONFIGS[setup.task](**shared, **own))
+    return build_model(MODEL_TYPES[setup.task], _CONFIGS[setup.task](**shared, **own))
 
 
 def _build(setup: ClassifierSetup, splits: tuple, vocabulary: None) -> nn.Module:
@@ -368,7 +395,7 @@ def classifier_checkpoint(
     """The checkpoint of a trained classifier (model in eval mode; its metadata holds the
     ``classes``) and the setup it was trained with."""
     checkpoint = load_checkpoint(path, map_location=device, load_tokenizers=False)
-    if checkpoint.model_type not in _MODEL_TYPES.values():
+    if checkpoint.model_type not in MODEL_TYPES.values():
         raise InputError(
             f"{checkpoint.directory} holds a {checkpoint.model_type!r}, not a classifier"
         )

@@ -18,7 +18,7 @@ from .classifier import (
 )
 from .task import train_with_options
 
-__all__ = ["ClassifierRun", "train_and_score_classifier"]
+__all__ = ["ClassifierRun", "train_and_score_classifier", "describe_classifier_scores"]
 
 
 @dataclass(frozen=True)
@@ -48,3 +48,19 @@ def train_and_score_classifier(
     scores = evaluate_classifier(model, classification_data(setup, "test"))
     parameters = sum(p.numel() for p in model.parameters())
     return ClassifierRun(result, Path(best), parameters, scores)
+
+
+def describe_classifier_scores(scores: ClassifierScores) -> list[str]:
+    """A classifier's scores in words (``ClassifierScores``)."""
+    lines = [f"accuracy: {scores.accuracy:.2%} of {scores.count}"]
+    if scores.occluded_accuracy is not None:
+        lines.append(
+            f"occluded frames: {scores.occluded_accuracy:.2%}, clear frames: "
+            f"{scores.clear_accuracy:.2%}"
+        )
+    if scores.marked_weight is not None:
+        lines.append(
+            f"attention on the marked frame: {scores.marked_weight:.1%} "
+            f"(uniform: {scores.uniform_weight:.1%})"
+        )
+    return lines

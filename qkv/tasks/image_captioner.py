@@ -20,6 +20,7 @@ from ..plotting import plot_image_attention
 from ..training import Checkpoint, load_checkpoint
 
 __all__ = [
+    "CAPTIONER",
     "VOCAB_FILE",
     "Caption",
     "ImageCaptioner",
@@ -57,6 +58,10 @@ def vocabulary_of(checkpoint: Checkpoint) -> WordVocab:
     return WordVocab.from_tokenizer(checkpoint.tokenizers[VOCAB_FILE])
 
 
+#: The captioner's model type (``qkv.models.register_model``'s name).
+CAPTIONER = "captioner"
+
+
 class ImageCaptioner:
     """A captioning model and its word vocabulary, ready to caption batches of images."""
 
@@ -73,7 +78,7 @@ class ImageCaptioner:
     @classmethod
     def from_checkpoint(cls, path: str | Path, *, device: str = "cpu") -> ImageCaptioner:
         checkpoint = load_checkpoint(path, map_location=device)
-        if checkpoint.model_type != "captioner":
+        if checkpoint.model_type != CAPTIONER:
             raise ValueError(
                 f"{checkpoint.directory} holds a {checkpoint.model_type!r} model, not a "
                 "captioner; use the command for that model's task"

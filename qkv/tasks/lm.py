@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,12 +33,21 @@ from ..errors import CheckpointError, InputError, NotFiniteError
 from ..models import ARCHITECTURES, DecoderLM, LMConfig, architecture_config, window_layers_of
 from ..pretrained import FolderTokenizer
 from ..training import TrainConfig, TrainResult, load_checkpoint
-from .lm_start import TOKENIZER_FILE, LMStart, fit_setup_to_start, load_start, read_start
-from .presets import LM_FINETUNE, Preset, preset_for, sizes_of
-from .task import TaskData, TaskSpec, check_choices, train_task
+from .lm_start import (
+    FINETUNE_CONTEXT,
+    START_FIELDS,
+    TOKENIZER_FILE,
+    LMStart,
+    fit_setup_to_start,
+    load_start,
+    read_start,
+)
+from .presets import LM_FINETUNE, PRESETS, Preset, preset_for, sizes_of
+from .task import TaskData, TaskSpec, check_choices, setup_field, train_task
 from .translator import reading_errors
 
 __all__ = [
+    "LM_MODEL",
     "LMSetup",
     "LM",
     "lm_config",
@@ -155,7 +164,9 @@ def _until_end(ids: list[int], eos_ids: Sequence[int]) -> list[int]:
     return ids[: ends[0]] if ends else ids
 
 
-SIZES = sizes_of("lm")
+#: The language model's model type (``qkv.models.register_model``'s name).
+LM_MODEL = "lm"
+SIZES = sizes_of(LM_MODEL)
 
 
 @dataclass(frozen=True)
@@ -189,20 +200,60 @@ class LMSetup:
     batch_size: windows per batch: the run's ``max_tokens`` unless one is given.
     """
 
-    data: str = "kjv"
-    arch: str = field(default="gpt", metadata={"choices": tuple(ARCHITECTURES)})
-    size: str = field(default="small", metadata={"choices": SIZES})
-    context: int | None = None
-    positions: str | None = None
-    tokenizer: str = field(default="char", metadata={"choices": TEXT_TOKENIZER_KINDS})
-    vocab_size: int = 4096
-    num_kv_heads: int | None = None
-    dropout: float | None = None
-    window: int | None = None
-    window_pattern: str | None = None
-    pack: bool = False
-    batch_size: int = 12
-    init_from: str | None = None
+    data: str = setup_field("kjv", "kjv or a UTF-8 text file")
+    init_from: str | None = setup_field(
+        None,
+        "fine-tune: a Hugging Face gpt2, llama, qwen2 or mistral folder (config.json, "
+        "model.safetensors, tokenizer.json), or a run of `qkv train lm`. Its model and its "
+        "tokenizer are used; the options that build a model ("
+        + ", ".join("--" + name.replace("_", "-") for name in START_FIELDS)
+        + ") are refused unless left at their defaults or equal to its own",
+    )
+    arch: str = setup_field(
+        "gpt",
+        "the architecture: gpt (LayerNorm, GELU, learned positions, tied output), llama "
+        "(RMSNorm, SwiGLU, RoPE, untied) or nanochat (parameter-free RMSNorm, ReLU^2, RoPE, "
+        "QK-norm, soft-capped logits)",
+        choices=tuple(ARCHITECTURES),
+    )
+    size: str = setup_field(
+        "small",
+        "; ".join(f"{size}: {PRESETS[(LM_MODEL, size)].summary}" for size in SIZES),
+        choices=SIZES,
+    )
+    context: int | None = setup_field(
+        None,
+        "tokens per training window (default: the size's; with --init-from, the "
+        f"model's positions, at most {FINETUNE_CONTEXT})",
+    )
+    positions: str | None = setup_field(
+        None,
+        "learned, sinusoidal, rope or alibi (the last three extend past --context; "
+        "default: the architecture's, gpt learned, llama and nanochat rope)",
+    )
+    tokenizer: str = setup_field("char", "char or byte-level BPE", choices=TEXT_TOKENIZER_KINDS)
+    vocab_size: int = setup_field(4096, "byte-level BPE vocabulary")
+    num_kv_heads: int | None = setup_field(None, "grouped key/value heads (default: all)")
+    window: int | None = setup_field(
+        None, "attend to the last W positions only (sliding window on the flex kernel)"
+    )
+    window_pattern: str | None = setup_field(
+        None,
+        "which layers use --window: S (window) and L (full attention) tiled over "
+        "the layers, the last always full, e.g. SSSL (default: every layer)",
+    )
+    pack: bool = setup_field(
+        False,
+        "pack documents end to end into each window, attention and positions kept inside "
+        "each document (kjv: a verse is a document; a text file: paragraphs separated by a blank "
+        "line); with --init-from each opens with the folder's BOS token",
+    )
+    dropout: float | None = setup_field(
+        None,
+        "dropout, overriding the size's default (with --init-from: the model's; a "
+        "folder's loads with 0)",
+    )
+    batch_size: int = setup_field(12, "windows per batch; sets --max-tokens unless that is given")
 
     def __post_init__(self) -> None:
         check_choices(self, ("arch", "size", "tokenizer"))
@@ -242,13 +293,13 @@ class LMSetup:
             return self.context
         if self.init_from is not None:
             return read_start(self.init_from).default_context
-        return preset_for("lm", self.size).model["max_len"]
+        return preset_for(LM_MODEL, self.size).model["max_len"]
 
 
 def lm_preset(setup: LMSetup) -> Preset:
     """The size's preset (fine-tuning: :data:`~qkv.tasks.presets.LM_FINETUNE`), its batch
     ``batch_size`` windows of the setup's context."""
-    preset = LM_FINETUNE if setup.init_from is not None else preset_for("lm", setup.size)
+    preset = LM_FINETUNE if setup.init_from is not None else preset_for(LM_MODEL, setup.size)
     batch = {"max_tokens": setup.batch_size * (setup.context_length + 1)}
     return dataclasses.replace(preset, train={**preset.train, **batch})
 
@@ -256,7 +307,7 @@ def lm_preset(setup: LMSetup) -> Preset:
 def lm_config(setup: LMSetup, vocab_size: int) -> LMConfig:
     """The model a setup asks for, over a vocabulary of ``vocab_size`` ids: the size's
     preset in the setup's architecture (a gated feed-forward takes its own width)."""
-    fields = dict(preset_for("lm", setup.size).model)
+    fields = dict(preset_for(LM_MODEL, setup.size).model)
     if ARCHITECTURES[setup.arch]["feed_forward"] == "gated":
         fields.pop("d_ff", None)  # SwiGLU's 8/3 d_model: as many parameters as the 4x MLP
     if setup.dropout is not None:
@@ -414,7 +465,7 @@ class LoadedLM:
 
 def load_lm(path: str | Path, *, device: str | torch.device = "cpu") -> LoadedLM:
     """A trained language model and its tokenizer, from a run folder or a step folder."""
-    checkpoint = load_checkpoint(path, map_location=device, expect_type="lm")
+    checkpoint = load_checkpoint(path, map_location=device, expect_type=LM_MODEL)
     if TOKENIZER_FILE not in checkpoint.tokenizers:
         raise CheckpointError(
             f"{checkpoint.directory} has no tokenizer file; was it trained by qkv?"

@@ -19,7 +19,20 @@ from typing import Any
 from ..errors import InputError
 from ..training.recipes import Recipe
 
-__all__ = ["Preset", "PRESETS", "LM_FINETUNE", "RECIPES", "preset_for", "recipe_for", "sizes_of"]
+__all__ = [
+    "Preset",
+    "PRESETS",
+    "TRANSFORMER_SIZES",
+    "RNN_SIZES",
+    "CAPTIONER_SIZES",
+    "LM_SIZES",
+    "CLASSIFIER_SIZES",
+    "LM_FINETUNE",
+    "RECIPES",
+    "preset_for",
+    "recipe_for",
+    "sizes_of",
+]
 
 
 @dataclass(frozen=True)
@@ -127,72 +140,91 @@ def _translation(
     return Preset(model=model or {}, recipe=recipe, vocab_size=vocab_size, summary=summary)
 
 
-#: (family, size) -> preset.  Small sizes: measured on `dates` and the scenes (see
-#: docs/results.md, "Defaults that learn"); base: the papers' settings (Vaswani et al. 2017).
-PRESETS: dict[tuple[str, str], Preset] = {
-    ("transformer", "small"): _translation(
-        "small", Recipe(lr=3e-3, warmup_steps=200, max_tokens=512)
-    ),
-    ("transformer", "medium"): _translation(
+#: Each preset family's sizes (size -> preset).  Small sizes: measured on `dates` and the
+#: scenes (see docs/results.md, "Defaults that learn"); base: the papers' settings (Vaswani
+#: et al. 2017).
+TRANSFORMER_SIZES: dict[str, Preset] = {
+    "small": _translation("small", Recipe(lr=3e-3, warmup_steps=200, max_tokens=512)),
+    "medium": _translation(
         "medium", Recipe(lr=1e-3, warmup_steps=1000, max_tokens=4096), {**_MEDIUM, "dropout": 0.3}
     ),
-    ("transformer", "small-data"): _translation(
+    "small-data": _translation(
         "small-data", Recipe(lr=2e-3, warmup_steps=1000, **_PLATEAU), SMALL_DATA_TRANSFORMER
     ),
-    ("transformer", "base"): _translation(
+    "base": _translation(
         "base",
         Recipe(lr=5e-4, warmup_steps=4000, max_tokens=4096),
         summary="the paper's Transformer",
     ),
-    ("rnn", "small"): _translation(
+}
+RNN_SIZES: dict[str, Preset] = {
+    "small": _translation(
         "small",
         Recipe(lr=3e-3, warmup_steps=100, max_tokens=1024),
         dict(embedding_dim=256, hidden_dim=256),
     ),
-    ("rnn", "medium"): _translation(
+    "medium": _translation(
         "medium",
         Recipe(lr=1e-3, warmup_steps=200, max_tokens=4096),
         dict(embedding_dim=256, hidden_dim=256, dropout=0.3),
     ),
-    ("rnn", "small-data"): _translation(
+    "small-data": _translation(
         "small-data", Recipe(lr=2e-3, warmup_steps=300, **_PLATEAU), SMALL_DATA_RNN
     ),
-    ("rnn", "base"): _translation(
+    "base": _translation(
         "base",
         Recipe(lr=1e-3, warmup_steps=1000, max_tokens=4096),
         dict(embedding_dim=512, hidden_dim=512),
         summary="512 wide",
     ),
-    # no label smoothing (a caption word has few right answers), more frequent validation
-    ("captioner", "default"): Preset(
+}
+#: no label smoothing (a caption word has few right answers), more frequent validation
+CAPTIONER_SIZES: dict[str, Preset] = {
+    "default": Preset(
         recipe=Recipe(lr=2e-3, warmup_steps=100, max_tokens=2048),
         train=dict(label_smoothing=0.0, validate_every=500),
     ),
-    ("lm", "small"): Preset(
+}
+LM_SIZES: dict[str, Preset] = {
+    "small": Preset(
         model=dict(num_layers=4, d_model=128, num_heads=4, d_ff=512, max_len=64, dropout=0.0),
         train={**_LM, "lr": 3e-3, "min_lr": 3e-4},
         summary="4 layers x 128 wide, context 64",
     ),
-    ("lm", "medium"): Preset(
+    "medium": Preset(
         model=dict(num_layers=6, d_model=384, num_heads=6, d_ff=1536, max_len=256, dropout=0.2),
         train={**_LM, "lr": 1e-3, "min_lr": 1e-4},
         summary="6 x 384, context 256",
     ),
+}
+CLASSIFIER_SIZES: dict[str, Preset] = {
     # batches (frames) and epochs that learn in a few minutes on a CPU (measured, one
     # thread): Fashion-MNIST 2 epochs of 512 pictures (216 updates, 86 % valid); 64-pixel
     # pictures 5 epochs of 64 (the one-object scenes: 320 updates in about a minute, 97 %; at
     # 2 epochs of 64 they were still at 59 %); clips 1 epoch of 512 frames (about 470
     # updates; 400 gave 77 % valid with attention pooling)
-    ("classifier", "pictures"): Preset(
+    "pictures": Preset(
         train={**_FIXED, "max_tokens": 512, "epochs": 2}, summary="28-pixel pictures"
     ),
-    ("classifier", "large-pictures"): Preset(
+    "large-pictures": Preset(
         train={**_FIXED, "max_tokens": 64, "epochs": 5}, summary="pictures of 64 pixels or more"
     ),
-    ("classifier", "clips"): Preset(
-        train={**_FIXED, "max_tokens": 512, "epochs": 1}, summary="clips"
-    ),
+    "clips": Preset(train={**_FIXED, "max_tokens": 512, "epochs": 1}, summary="clips"),
 }
+
+#: (preset family, size) -> preset: every table above, under its family's name.
+PRESETS: dict[tuple[str, str], Preset] = {
+    (family, size): preset
+    for family, sizes in (
+        ("transformer", TRANSFORMER_SIZES),
+        ("rnn", RNN_SIZES),
+        ("captioner", CAPTIONER_SIZES),
+        ("lm", LM_SIZES),
+        ("classifier", CLASSIFIER_SIZES),
+    )
+    for size, preset in sizes.items()
+}
+
 
 #: (family, size) -> recipe, for the families whose recipe is fitted to the budget.
 RECIPES: dict[tuple[str, str], Recipe] = {

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -35,6 +35,7 @@ __all__ = [
     "check_run_folder",
     "check_choices",
     "use_threads",
+    "setup_field",
 ]
 
 #: The TrainConfig fields a fitted recipe chooses when the user does not give them.
@@ -46,7 +47,7 @@ class TaskData:
     """What a family's ``datasets`` step gives the skeleton.
 
     evaluate: validation metrics of a model (the trainer logs them; None: the loss only).
-    metadata: facts stored in every checkpoint besides ``task`` and ``setup``.
+    metadata: facts stored in every checkpoint besides ``task`` and ``setup`` (JSON-able).
     sample: ``sample(config)`` -> a typical training batch under ``config`` and the updates
         per epoch (None: unknown), for fitting the recipe to the budget.
     probe: the model whose steps are timed for the recipe (None: the run's own)."""
@@ -54,14 +55,28 @@ class TaskData:
     train: TrainingData
     valid: TrainingData | None = None
     evaluate: Callable[[nn.Module], dict[str, float]] | None = None
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, object] = field(default_factory=dict)
     sample: Callable[[TrainConfig], tuple[Batch, int | None]] | None = None
     probe: Callable[[], nn.Module] | None = None
 
 
+S = TypeVar("S")  # the family's setup dataclass
+R = TypeVar("R")  # the raw data a setup reads (its splits)
+V = TypeVar("V")  # the vocabulary (a tokenizer, a word list, a language model's start)
+
+
+def _no_tokenizers(vocabulary: object) -> dict[str, object]:
+    return {}
+
+
+def _as_given(setup: S, say: Callable[[str], object]) -> S:
+    return setup
+
+
 @dataclass(frozen=True)
-class TaskSpec:
-    """One model family's parts of the skeleton (``S``: its setup dataclass).
+class TaskSpec(Generic[S, R, V]):
+    """One model family's parts of the skeleton: ``S`` its setup dataclass, ``R`` the raw
+    data a setup reads, ``V`` its vocabulary.
 
     task: the checkpoints' ``metadata["task"]``.
     preset: the setup's :class:`~qkv.tasks.presets.Preset` (family and size).
@@ -75,14 +90,38 @@ class TaskSpec:
         differs (the captioner takes a classifier's encoder fields)."""
 
     task: str
-    preset: Callable[[Any], Preset]
-    read: Callable[[Any], Any]
-    build: Callable[[Any, Any, Any], nn.Module]
-    datasets: Callable[[Any, nn.Module, Any, Any], TaskData]
-    vocabulary: Callable[[Any, Any], Any] | None = None
-    saved_vocabulary: Callable[[Path], Any] | None = None
-    tokenizers: Callable[[Any], dict[str, Any]] = lambda vocabulary: {}
-    prepare: Callable[[Any, Callable[[str], object]], Any] = lambda setup, say: setup
+    preset: Callable[[S], Preset]
+    read: Callable[[S], R]
+    build: Callable[[S, R, V | None], nn.Module]
+    datasets: Callable[[S, nn.Module, R, V | None], TaskData]
+    vocabulary: Callable[[S, R], V] | None = None
+    saved_vocabulary: Callable[[Path], V] | None = None
+    tokenizers: Callable[[V], Mapping[str, object]] = _no_tokenizers
+    prepare: Callable[[S, Callable[[str], object]], S] = _as_given
+
+
+T = TypeVar("T")
+
+
+def setup_field(
+    default: T,
+    help: str,
+    *,
+    choices: tuple[T, ...] | None = None,
+    group: str | None = None,
+) -> T:
+    """A field of a family's setup dataclass with what its command-line option needs: the
+    option's ``help`` (``--help`` shows it; no field goes without one), the values it may
+    take (``choices``, checked by :func:`check_choices` too) and the ``--help`` section it is
+    listed under (``group``; None: the command's own options).  The CLI makes one option
+    per field from this metadata, in the field order."""
+    metadata: dict[str, object] = {"help": help}
+    if choices is not None:
+        metadata["choices"] = choices
+    if group is not None:
+        metadata["group"] = group
+    made: T = field(default=default, metadata=metadata)  # dataclasses reads the Field back
+    return made
 
 
 def check_choices(setup: Any, names: tuple[str, ...]) -> None:
@@ -119,8 +158,8 @@ def check_run_folder(out_dir: str | Path, *, resume: bool) -> Path:
 
 
 def train_task(
-    spec: TaskSpec,
-    setup: Any,
+    spec: TaskSpec[S, R, V],
+    setup: S,
     config: TrainConfig,
     out_dir: str | Path,
     *,
@@ -198,8 +237,8 @@ def train_config(preset: Preset, given: Mapping[str, Any], *, fitted: bool = Fal
 
 
 def train_with_options(
-    spec: TaskSpec,
-    setup: Any,
+    spec: TaskSpec[S, R, V],
+    setup: S,
     out_dir: str | Path,
     *,
     given: Mapping[str, Any],

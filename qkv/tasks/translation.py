@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +29,8 @@ from ..layers import available_scores
 from ..models import RNNConfig, TransformerConfig, build_model
 from ..training import TrainConfig, TrainResult, load_checkpoint
 from ..training.state import default_batches
-from .presets import Preset, preset_for, sizes_of
-from .task import TaskData, TaskSpec, check_choices, train_task
+from .presets import SMALL_DATA_TRANSFORMER, Preset, preset_for, sizes_of
+from .task import TaskData, TaskSpec, check_choices, setup_field, train_task
 from .translator import Translator, reading_errors
 
 __all__ = [
@@ -46,6 +46,10 @@ __all__ = [
 
 
 SIZES = sizes_of("transformer")
+# what --help says of the sizes (the presets are the one record of them)
+_SMALL = SMALL_DATA_TRANSFORMER
+_SIZES = "; ".join(f"{size}: {preset_for('transformer', size).summary}" for size in SIZES)
+_VOCAB = ", ".join(f"{size} {preset_for('transformer', size).vocab_size}" for size in SIZES)
 
 
 def family_of(model: str) -> str:
@@ -124,20 +128,41 @@ class TranslationSetup:
     valid_bleu_sentences: how many validation sentences are decoded (greedy) for BLEU.
     """
 
-    data: str = "dates"
-    valid: str | None = None
-    model: str = field(default="transformer", metadata={"choices": tuple(MODEL_BUILDERS)})
-    size: str = field(default="small", metadata={"choices": SIZES})
-    dropout: float | None = None
-    attention_dropout: float | None = None
-    activation_dropout: float | None = None
-    word_dropout: float | None = None
-    score: str = field(default="additive", metadata={"choices": tuple(available_scores())})
-    tokenizer: str = field(default="auto", metadata={"choices": TOKENIZERS})
-    vocab_size: int | None = None
-    max_len: int = 128
-    max_words: int | None = None
-    valid_bleu_sentences: int = 300
+    model: str = setup_field("transformer", "model type", choices=tuple(MODEL_BUILDERS))
+    data: str = setup_field("dates", "corpus name or file(s)")
+    valid: str | None = setup_field(None, "validation file, when --data is a single file")
+    size: str = setup_field("small", f"model size ({_SIZES}; see docs/results.md)", choices=SIZES)
+    dropout: float | None = setup_field(None, "dropout, overriding the size's default")
+    attention_dropout: float | None = setup_field(
+        None,
+        "Transformer only: dropout on the attention weights (default: the "
+        f"size's: {_SMALL['attention_dropout']:g} for small-data, else --dropout)",
+    )
+    activation_dropout: float | None = setup_field(
+        None,
+        "Transformer only: dropout on the feed-forward's hidden activations "
+        f"(default: the size's: {_SMALL['activation_dropout']:g} for small-data, else --dropout)",
+    )
+    word_dropout: float | None = setup_field(
+        None,
+        "Transformer only: in training, the probability that a whole input "
+        f"token's embedding is zeroed (default: the size's: {_SMALL['word_dropout']:g} for "
+        "small-data, else 0)",
+    )
+    score: str = setup_field(
+        "additive",
+        "RNN attention score (additive is Bahdanau's)",
+        choices=tuple(available_scores()),
+    )
+    tokenizer: str = setup_field("auto", "auto: char for dates, BPE otherwise", choices=TOKENIZERS)
+    vocab_size: int | None = setup_field(
+        None, f"BPE vocabulary size (default: the size's: {_VOCAB})"
+    )
+    max_len: int = setup_field(
+        128, "longest sentence in tokens; longer ones are truncated with a warning"
+    )
+    max_words: int | None = setup_field(None, "drop training pairs whose source has more words")
+    valid_bleu_sentences: int = setup_field(300, "validation sentences decoded (greedy) for BLEU")
 
     def __post_init__(self) -> None:
         if self.model not in MODEL_BUILDERS:

@@ -61,13 +61,9 @@ class Translation:
     alignment: Tensor | None = None
 
 
-#: What to run on the checkpoints of the other tasks (their attention included).
-OTHER_TASKS = {
-    "captioner": "qkv caption --attention-out, qkv evaluate or qkv explore",
-    "image-classifier": "qkv classify --attention-out or qkv explore",
-    "clip-classifier": "qkv classify --attention-out or qkv explore --test N",
-    "frame-tagger": "qkv classify --attention-out or qkv explore --test N",
-}
+#: Model type -> what to run on the checkpoints of the other tasks (their attention
+#: included), filled from each family's record (``qkv.families.register_family``).
+OTHER_TASKS: dict[str, str] = {}
 
 
 class Translator:

@@ -3,7 +3,7 @@
 
 const DATA = JSON.parse(document.getElementById("qkv-data").textContent);
 const SCALE = DATA.weight_scale;
-const KIND = kindOf(DATA.model.kind);
+const KIND = kindOf(DATA.model);
 const $ = (id) => document.getElementById(id);
 
 /** The heads a view's layer offers: each head, then the mean and the rollout where stored. */

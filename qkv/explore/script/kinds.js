@@ -1,8 +1,10 @@
 /* script/kinds.js: what the page shows for each kind of model, as one table.  A kind says how
    its model is described, whether its views have layers and heads (multiHead), how the token
    rows are labelled, what the small multiples are titled and which per-head summaries the
-   summary table offers (metrics; default: METRICS).  Adding a model family to the
-   page is one entry here (and its adapter in qkv/explore/adapters). */
+   summary table offers (metrics; default: METRICS).  A model family's explorer adapter
+   either fills one of these kinds or declares its own kind of page (the data's
+   model.page, with the header's line as model.page.info), so a new family needs no entry
+   here. */
 
 const METRICS = {
   entropy: "entropy (bits)", diagonal: "weight on the diagonal",
@@ -52,8 +54,9 @@ const KINDS = {
   },
 };
 
-function kindOf(name) {
-  const kind = KINDS[name];
-  if (!kind) throw new Error(`the page does not know models of kind "${name}"`);
+function kindOf(model) {
+  if (model.page) return { metrics: METRICS, ...model.page, info: () => model.page.info };
+  const kind = KINDS[model.kind];
+  if (!kind) throw new Error(`the page does not know models of kind "${model.kind}"`);
   return { metrics: METRICS, ...kind };
 }
