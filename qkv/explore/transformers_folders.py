@@ -173,10 +173,10 @@ def load_transformers_folder(folder: Path, *, device: str | torch.device = "cpu"
         processor = _quietly(
             transformers.AutoImageProcessor.from_pretrained, folder, what="its image processor"
         )
-        model = wrapper(hf.eval(), architecture=architecture, processor=processor)
-        return model.to(device), None, ()
+        model = wrapper(hf, architecture=architecture, processor=processor)
+        return model.to(device).eval(), None, ()
     tokenizer = _quietly(transformers.AutoTokenizer.from_pretrained, folder, what="its tokenizer")
-    model = wrapper(hf.eval(), architecture=architecture).to(device)
+    model = wrapper(hf, architecture=architecture).to(device).eval()
     return model, TextTokenizer(tokenizer), eos_ids(model)
 
 
