@@ -41,40 +41,73 @@ def _configs():
         ),
         "modernbert": (
             t.ModernBertConfig(
-                **small, global_attn_every_n_layers=2, local_attention=4, pad_token_id=0,
-                bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
+                **small,
+                global_attn_every_n_layers=2,
+                local_attention=4,
+                pad_token_id=0,
+                bos_token_id=1,
+                eos_token_id=2,
+                cls_token_id=1,
+                sep_token_id=2,
             ),
             "ModernBertModel",
         ),  # fmt: skip
         "qwen2": (
             t.Qwen2Config(
-                **small, num_key_value_heads=2, use_sliding_window=True, sliding_window=5,
-                max_window_layers=1, bos_token_id=1, eos_token_id=2,
+                **small,
+                num_key_value_heads=2,
+                use_sliding_window=True,
+                sliding_window=5,
+                max_window_layers=1,
+                bos_token_id=1,
+                eos_token_id=2,
             ),
             "Qwen2ForCausalLM",
         ),  # fmt: skip
         "gemma2": (
             t.Gemma2Config(
-                **small, num_key_value_heads=2, head_dim=8, sliding_window=5,
-                attn_logit_softcapping=1.5, query_pre_attn_scalar=2, bos_token_id=1,
-                eos_token_id=2, pad_token_id=0,
+                **small,
+                num_key_value_heads=2,
+                head_dim=8,
+                sliding_window=5,
+                attn_logit_softcapping=1.5,
+                query_pre_attn_scalar=2,
+                bos_token_id=1,
+                eos_token_id=2,
+                pad_token_id=0,
             ),
             "Gemma2ForCausalLM",
         ),  # fmt: skip
         "bart": (
             t.BartConfig(
-                vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
-                encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-                decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=0,
-                bos_token_id=1, eos_token_id=2, decoder_start_token_id=2,
+                vocab_size=VOCAB,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=4,
+                decoder_attention_heads=4,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                max_position_embeddings=64,
+                pad_token_id=0,
+                bos_token_id=1,
+                eos_token_id=2,
+                decoder_start_token_id=2,
                 forced_eos_token_id=None,
             ),
             "BartForConditionalGeneration",
         ),  # fmt: skip
         "t5": (
             t.T5Config(
-                vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-                relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=2,
+                vocab_size=VOCAB,
+                d_model=32,
+                d_kv=8,
+                d_ff=64,
+                num_layers=2,
+                num_heads=4,
+                relative_attention_num_buckets=8,
+                pad_token_id=0,
+                eos_token_id=2,
                 decoder_start_token_id=0,
             ),
             "T5ForConditionalGeneration",
@@ -349,22 +382,22 @@ def test_minilm_through_transformers_equals_qkvs_bert_and_eager():
 # -- the command line ---------------------------------------------------------------------
 
 
-def qkv_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "qkv.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=str(Path(__file__).resolve().parent.parent),
-    )
+def qkv_cli(capsys, *args: str) -> tuple[int, str]:
+    """The command's exit code and what it printed to stderr (in this process)."""
+    from qkv.cli.main import main
+
+    code = main(list(args))
+    return code, capsys.readouterr().err
 
 
-def test_qkv_attention_writes_every_attention_of_an_encoder_decoder(folders, tmp_path):
+def test_qkv_attention_writes_every_attention_of_an_encoder_decoder(folders, tmp_path, capsys):
     out = tmp_path / "bart.npz"
-    done = qkv_cli(
+    code, err = qkv_cli(
+        capsys,
         "attention", "--pretrained", str(folders["bart"]), TEXT, "--target", TARGET,
         "--weights-out", str(out), "--out", str(tmp_path / "bart.png"),
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert code == 0, err
     arrays = np.load(out)
     assert {"encoder.layer1", "decoder.layer1", "cross.layer1", "source_tokens"} <= set(arrays)
     source, target = len(arrays["source_tokens"]), len(arrays["tokens"])
@@ -372,13 +405,14 @@ def test_qkv_attention_writes_every_attention_of_an_encoder_decoder(folders, tmp
     assert (tmp_path / "bart.png").stat().st_size > 0
 
 
-def test_qkv_explore_opens_a_vision_folder_and_says_how_it_computed(folders, tmp_path):
+def test_qkv_explore_opens_a_vision_folder_and_says_how_it_computed(folders, tmp_path, capsys):
     page = tmp_path / "vit.html"
-    done = qkv_cli(
+    code, err = qkv_cli(
+        capsys,
         "explore", "--pretrained", str(folders["vit"]), str(folders["picture"]), "--out",
         str(page),
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert code == 0, err
     assert "transformers ViTModel through qkv's attention" in page.read_text("utf-8")
 
 
@@ -429,12 +463,12 @@ def test_an_image_for_a_text_model_and_text_for_a_vision_model_are_refused(folde
         explore(text.model, [TEXT], tokenizer=text.tokenizer, targets=[TARGET])
 
 
-def test_via_is_checked():
+def test_via_is_checked(capsys):
     with pytest.raises(InputError, match="via='bert'"):
         load_folder("anywhere", via="bert")
-    done = qkv_cli("explore", "--checkpoint", "qkv-demo", "--via", "transformers", "x", "--out",
-                   "x.html")  # fmt: skip
-    assert done.returncode != 0 and "--via transformers says how to read" in done.stderr
+    code, err = qkv_cli(capsys, "explore", "--checkpoint", "qkv-demo", "--via", "transformers",
+                        "x", "--out", "x.html")  # fmt: skip
+    assert code != 0 and "--via transformers says how to read" in err
 
 
 def test_importing_the_explorer_does_not_import_transformers():
