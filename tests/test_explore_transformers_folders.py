@@ -116,6 +116,10 @@ def _configs():
             t.ViTConfig(hidden_size=32, image_size=32, patch_size=8, **LAYERS),
             "ViTModel",
         ),
+        "clip_vision": (
+            t.CLIPVisionConfig(hidden_size=32, image_size=32, patch_size=8, **LAYERS),
+            "CLIPVisionModel",
+        ),
     }
 
 
@@ -156,6 +160,10 @@ def save_folder(root: Path, name: str) -> Path:
     model.save_pretrained(folder)
     if name == "vit":
         transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    elif name == "clip_vision":  # resized to 32 on the short side, then centre-cropped
+        transformers.CLIPImageProcessor(
+            size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+        ).save_pretrained(folder)
     else:
         save_tokenizer(folder)
     return folder
@@ -284,8 +292,9 @@ def test_t5_decodes_its_greedy_output(folders):
     assert_page(page["views"][2], theirs.cross_attentions)
 
 
-def test_a_vision_page_draws_each_patch_over_the_picture(folders):
-    loaded = load_folder(folders["vit"])
+@pytest.mark.parametrize("name", ["vit", "clip_vision"])
+def test_a_vision_page_draws_each_patch_over_the_picture(folders, name):
+    loaded = load_folder(folders[name])
     assert loaded.tokenizer is None
     data = explore(loaded.model, [str(folders["picture"])])
     (page,) = data["inputs"]
@@ -295,10 +304,10 @@ def test_a_vision_page_draws_each_patch_over_the_picture(folders):
     assert page["source_tokens"][:3] == ["[CLS]", "(0, 0)", "(0, 1)"]
     from PIL import Image
 
-    processor = transformers.AutoImageProcessor.from_pretrained(folders["vit"])
+    processor = transformers.AutoImageProcessor.from_pretrained(folders[name])
     pixels = processor(images=Image.open(folders["picture"]).convert("RGB"), return_tensors="pt")
     with torch.no_grad():
-        theirs = eager(folders["vit"], "vit")(**pixels, output_attentions=True)
+        theirs = eager(folders[name], name)(**pixels, output_attentions=True)
     assert_page(page["views"][0], theirs.attentions)
     found = input_attention(loaded.model, None, str(folders["picture"]))
     assert_close(found["attention"]["self"], theirs.attentions)
@@ -448,6 +457,16 @@ def test_an_architecture_that_bypasses_the_interface_is_named(tmp_path):
     transformers.BloomForCausalLM(config).save_pretrained(tmp_path)
     save_tokenizer(tmp_path)
     with pytest.raises(InputError, match=r"BloomAttention.*'eager'/'sdpa'.*ViT") as error:
+        load_folder(tmp_path)
+    one_line(error)
+
+
+def test_a_text_and_vision_pair_is_refused_with_the_fix(tmp_path):
+    vision = dict(hidden_size=32, image_size=32, patch_size=8, **LAYERS)
+    text = dict(vocab_size=VOCAB, hidden_size=32, **LAYERS)
+    config = transformers.CLIPConfig(text_config=text, vision_config=vision)
+    transformers.CLIPModel(config).save_pretrained(tmp_path)
+    with pytest.raises(InputError, match="text and a vision tower.*CLIPVisionModel") as error:
         load_folder(tmp_path)
     one_line(error)
 

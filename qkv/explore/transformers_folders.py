@@ -155,6 +155,13 @@ def load_transformers_folder(folder: Path, *, device: str | torch.device = "cpu"
         model_type not in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
     ):
         auto, wrapper = transformers.AutoModelForCausalLM, TransformersDecoder
+    elif hasattr(config, "vision_config") and hasattr(config, "text_config"):
+        raise InputError(
+            f"{folder} holds a {model_type!r} model with a text and a vision tower; the "
+            "explorer reads one model: save its vision model (e.g. CLIPVisionModel."
+            "from_pretrained(folder).save_pretrained(out), with the image processor) and "
+            "open that"
+        )
     else:
         auto, wrapper = transformers.AutoModel, None
     hf = _quietly(auto.from_pretrained, folder, attn_implementation=NAME, what="the model")
