@@ -36,7 +36,7 @@ def _configs():
     return {
         # name -> (the config, transformers' class to save and to compare with)
         "roberta": (
-            t.RobertaConfig(**small, max_position_embeddings=80, pad_token_id=0),
+            t.RobertaConfig(**small, max_position_embeddings=400, pad_token_id=1),
             "RobertaModel",
         ),
         "modernbert": (
@@ -328,6 +328,30 @@ def test_a_long_input_is_stored_as_q_and_k_where_the_weights_are_plain(folders):
     gemma = load_folder(folders["gemma2"])  # soft-capped scores: not softmax(q.k) alone
     with pytest.raises(InputError, match="soft-capping.*explore at most 256 tokens"):
         explore(gemma.model, [long_text], tokenizer=gemma.tokenizer)
+
+
+def test_a_long_text_on_an_encoder_is_compact_where_q_and_k_give_its_weights(folders):
+    """RoBERTa's plain bidirectional attention is stored as q and k; ModernBERT's local layers
+    (a window on both sides) are not what q and k give the page: every weight, as for BERT.
+    Past RoBERTa's learned positions (400 - its padding index 1 - 1): one line."""
+    long_text = " ".join([TEXT] * 40)
+    roberta = load_folder(folders["roberta"])
+    data = explore(roberta.model, [long_text], tokenizer=roberta.tokenizer)
+    view = data["inputs"][0]["views"][0]
+    assert len(view["query_tokens"]) > 256
+    assert view["compact"] is True and view["max_error"] < 2e-3
+    assert view["layers"][0]["compact"]["causal"] is False
+    modern = load_folder(folders["modernbert"])
+    ids = modern.tokenizer.encode(long_text)
+    view = explore(modern.model, [long_text], tokenizer=modern.tokenizer)["inputs"][0]["views"][0]
+    assert "compact" not in view
+    with torch.no_grad():
+        theirs = eager(folders["modernbert"], "modernbert")(
+            torch.tensor([ids]), output_attentions=True
+        ).attentions
+    assert_page(view, theirs)
+    with pytest.raises(InputError, match="positions reach 398"):
+        explore(roberta.model, [" ".join([TEXT] * 60)], tokenizer=roberta.tokenizer)
 
 
 def test_the_neuron_view_vectors_give_the_weights_or_say_why_not(folders):

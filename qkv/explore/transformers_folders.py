@@ -431,23 +431,36 @@ class TransformersAdapter(ExplorerAdapter):
 
 
 def _position_limit(model: TransformersFolder) -> int | None:
-    """The most tokens absolute learned positions allow (None: rotary or relative)."""
-    config = model.hf.config
-    limit = getattr(config, "max_position_embeddings", None)
-    # rotary and relative positions extrapolate; learned tables end (BERT, RoBERTa, GPT-2)
-    learned = any(
-        "position_embeddings" in name or name.endswith("wpe.weight")
-        for name, _ in model.hf.named_parameters()
-    )
-    if limit is None or not learned:
-        return None
-    # RoBERTa's positions start after the padding index
-    offset = getattr(config, "pad_token_id", None) if config.model_type in ("roberta",) else None
-    return limit - (offset + 1 if offset is not None else 0)
+    """The most tokens a learned table of absolute positions allows (BERT, RoBERTa, GPT-2,
+    OPT), None where positions are rotary or relative and have no table to run out of."""
+    limits = []
+    for name, module in model.hf.named_modules():
+        if not isinstance(module, nn.Embedding) or not ("position" in name or name.endswith("wpe")):
+            continue
+        # RoBERTa's positions start after its padding index, OPT's after an offset of 2
+        padding = module.padding_idx + 1 if module.padding_idx is not None else 0
+        limits.append(module.num_embeddings - padding - int(getattr(module, "offset", 0)))
+    return min(limits) if limits else None
 
 
 def _is_image(item) -> bool:
     return Path(str(item)).suffix.lower() in IMAGE_SUFFIXES and Path(str(item)).is_file()
+
+
+def compact_or_why(name, title, tokens, layers, calls, *, causal: bool, windows=None):
+    """(a compact view (``qkv.explore.compact``) of a long self-attention, None) where each
+    layer's weights are softmax(q.k * scale) over the keys it sees (checked against the
+    model's, to the float16 rounding of q and k), else (None, why not)."""
+    if len(calls) != len(layers) or any(call.modified for call in calls):
+        return None, "this model's attention adds a bias, soft-capping or sinks to q.k"
+    caught = {i: {"q": c.query, "k": c.key, "scale": c.scale} for i, c in enumerate(calls)}
+    view = compact_view(name, title, tokens, layers, caught, causal=causal, windows=windows)
+    if view["max_error"] > COMPACT_TOLERANCE:
+        return None, (
+            f"this model's weights are not softmax(q.k * scale) over its windows (the page "
+            f"would be off by {view['max_error']:.3g})"
+        )
+    return view, None
 
 
 def _with_rollout(view: dict, layers: list[Tensor]) -> dict:
@@ -472,8 +485,14 @@ class EncoderFolderAdapter(TransformersAdapter):
             ids = self.ids(model, tokenizer, text, index)
             layers, calls = run_text(model, ids)
             tokens = tokenizer.tokens(ids)
-            view = attention_view("encoder", VIEW_TITLES["encoder"], tokens, tokens, "source",
-                                  "source", layers)  # fmt: skip
+            title = VIEW_TITLES["encoder"]
+            view = None
+            if len(tokens) > DENSE_TOKENS:  # q and k where they give the weights, as for LMs
+                view, why_not = compact_or_why("encoder", title, tokens, layers, calls,
+                                               causal=False)  # fmt: skip
+            if view is None:  # short, or weights q and k do not give: every weight (as BERT's)
+                view = attention_view("encoder", title, tokens, tokens, "source", "source", layers)
+                _with_rollout(view, layers)
             view.update(causal=False, vectors=_stored(calls, layers, request.vectors, causal=False))
             pages.append(
                 {
@@ -482,7 +501,7 @@ class EncoderFolderAdapter(TransformersAdapter):
                     "source_tokens": tokens,
                     "output": decoded_text(tokenizer, ids),
                     "output_tokens": [],
-                    "views": [_with_rollout(view, layers)],
+                    "views": [view],
                 }
             )
         return pages
@@ -518,7 +537,13 @@ class DecoderFolderAdapter(TransformersAdapter):
         windows = windows_of(model, len(layers))
         title = "causal self-attention"
         if len(tokens) > DENSE_TOKENS:  # q and k in the page, as for qkv's language models
-            view = self._compact(tokens, layers, calls, windows, title)
+            view, why_not = compact_or_why("self", title, tokens, layers, calls, causal=True,
+                                           windows=windows)  # fmt: skip
+            if view is None:
+                raise InputError(
+                    f"an input of {len(tokens)} tokens is stored as q and k, and {why_not}: "
+                    f"explore at most {DENSE_TOKENS} tokens"
+                )
         else:
             view = attention_view("self", title, tokens, tokens, "source", "source", layers)
             _with_rollout(view, layers)
@@ -538,25 +563,6 @@ class DecoderFolderAdapter(TransformersAdapter):
             "output_tokens": tokenizer.tokens(new),
             "views": [view],
         }
-
-    @staticmethod
-    def _compact(tokens, layers, calls, windows, title) -> dict:
-        if len(calls) != len(layers) or any(call.modified for call in calls):
-            raise InputError(
-                f"an input of {len(tokens)} tokens is stored as q and k, and this model's "
-                "attention adds a bias, soft-capping or sinks to q.k: explore at most "
-                f"{DENSE_TOKENS} tokens"
-            )
-        caught = {i: {"q": call.query, "k": call.key, "scale": call.scale}
-                  for i, call in enumerate(calls)}  # fmt: skip
-        view = compact_view("self", title, tokens, layers, caught, causal=True, windows=windows)
-        if view["max_error"] > COMPACT_TOLERANCE:
-            raise InputError(
-                f"an input of {len(tokens)} tokens is stored as q and k, and this model's "
-                f"weights are not softmax(q.k * scale) over its windows (the page would be off "
-                f"by {view['max_error']:.3g}): explore at most {DENSE_TOKENS} tokens"
-            )
-        return view
 
     @staticmethod
     def _generated(model, prompt: list[int], request: ExploreRequest) -> list[int]:
