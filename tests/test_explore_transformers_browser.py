@@ -48,7 +48,7 @@ def pages(tmp_path_factory):
     for name, options in (
         ("roberta", {}),
         ("gemma2", {"vectors": "all"}),
-        ("bart", {"targets": [TARGET]}),
+        ("bart", {"targets": [TARGET], "vectors": "all"}),
     ):
         folder = save_folder(root, name)
         loaded = load_folder(folder)
@@ -120,6 +120,21 @@ def test_the_neuron_view_says_why_soft_capped_layers_have_no_steps(browser, page
     browser.execute_script("window.qkv.show({layer: 0, head: 0, word: 3})")
     note = browser.find_element("id", "neuron-note").text
     assert "soft-capping" in note
+
+
+def test_an_encoder_decoders_neuron_view_steps_are_the_eager_weights(browser, pages):
+    folder, loaded, _ = pages["found"]["bart"]
+    expected = references("bart", folder, loaded)
+    open_page(browser, pages, "bart")
+    for name in ("encoder", "decoder", "cross"):
+        weights = expected[name][1][0, 3]  # layer 1, head 3: (Tq, Tk)
+        query = weights.shape[0] - 1
+        request = {"view": name, "layer": 1, "head": 3, "word": query}
+        browser.execute_script("window.qkv.show(arguments[0])", request)
+        steps = browser.execute_script("return window.qkv.neuron()")
+        seen = query + 1 if name == "decoder" else weights.shape[1]
+        assert len(steps["weights"]) == seen
+        assert (torch.tensor(steps["weights"]) - weights[query, :seen]).abs().max() < 1e-4
 
 
 def test_a_patch_s_attention_is_drawn_over_the_picture(browser, pages):

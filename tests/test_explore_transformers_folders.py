@@ -374,6 +374,31 @@ def test_the_neuron_view_vectors_give_the_weights_or_say_why_not(folders):
     assert "soft-capping" in data["inputs"][0]["views"][0]["vectors"]["0"]["absent"]
 
 
+def softmax_of(stored, *, causal: bool) -> torch.Tensor:
+    q, k = torch.tensor(stored["q"]), torch.tensor(stored["k"])
+    k = k.repeat_interleave(q.shape[0] // k.shape[0], dim=0)
+    scores = q @ k.transpose(-1, -2) * stored["scale"]
+    if causal:
+        keep = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return scores.softmax(-1)
+
+
+def test_an_encoder_decoder_stores_the_vectors_of_its_three_attentions(folders):
+    bart = load_folder(folders["bart"])
+    data = explore(bart.model, [TEXT], tokenizer=bart.tokenizer, targets=[TARGET], vectors="all")
+    for view in data["inputs"][0]["views"]:
+        for layer in (0, 1):
+            weights = softmax_of(view["vectors"][str(layer)], causal=view["id"] == "decoder")
+            page = torch.tensor(view["layers"][layer]["heads"]) / WEIGHT_SCALE
+            assert (weights - page).abs().max() < 1e-3, (view["id"], layer)
+    t5 = load_folder(folders["t5"])  # the relative bias is no part of q.k: said, not drawn
+    data = explore(t5.model, [TEXT], tokenizer=t5.tokenizer, targets=[TARGET], vectors=[0])
+    encoder, decoder, _ = data["inputs"][0]["views"]
+    assert "bias" in encoder["vectors"]["0"]["absent"]
+    assert "bias" in decoder["vectors"]["0"]["absent"]
+
+
 def test_a_decoder_generates_after_the_prompt(folders):
     loaded = load_folder(folders["gemma2"])
     data = explore(loaded.model, [TEXT], tokenizer=loaded.tokenizer, generate=4, temperature=0)

@@ -293,22 +293,31 @@ def run_text(model: TransformersFolder, ids: Sequence[int]):
 
 @torch.no_grad()
 def run_seq2seq(model: TransformersFolder, source: Sequence[int], target: Sequence[int]):
-    """{"encoder", "decoder", "cross": per layer (H, Tq, Tk)} for one source and the
-    decoder's inputs ``target`` (starting with the decoder's start token)."""
+    """({"encoder", "decoder", "cross": per layer (H, Tq, Tk)}, {the same names: the
+    interface calls of each layer}) for one source and the decoder's inputs ``target``
+    (starting with the decoder's start token).  The encoder runs first, then each decoder
+    layer its self-attention and then its cross-attention: the calls are split in that
+    order ({} where their count says otherwise)."""
     device = _device(model)
     source_ids = torch.tensor([list(source)], device=device)
-    output = model.hf(
-        input_ids=source_ids,
-        attention_mask=torch.ones_like(source_ids),
-        decoder_input_ids=torch.tensor([list(target)], device=device),
-        output_attentions=True,
-        use_cache=False,
-    )
-    return {
+    with caught_calls() as calls:
+        output = model.hf(
+            input_ids=source_ids,
+            attention_mask=torch.ones_like(source_ids),
+            decoder_input_ids=torch.tensor([list(target)], device=device),
+            output_attentions=True,
+            use_cache=False,
+        )
+    attention = {
         "encoder": _layers(output.encoder_attentions, "encoder self-attention"),
         "decoder": _layers(output.decoder_attentions, "decoder self-attention"),
         "cross": _layers(output.cross_attentions, "cross-attention"),
     }
+    encoder, decoder = len(attention["encoder"]), len(attention["decoder"])
+    if len(calls) != encoder + 2 * decoder:
+        return attention, {}
+    rest = calls[encoder:]
+    return attention, {"encoder": calls[:encoder], "decoder": rest[0::2], "cross": rest[1::2]}
 
 
 @torch.no_grad()
@@ -371,7 +380,7 @@ def _stored(calls: Sequence[Call], layers, vectors, *, causal: bool, windows=Non
     chosen = chosen_layers(vectors, len(layers))
     windows = windows or [None] * len(layers)
     if chosen and len(calls) != len(layers):
-        why = {"absent": f"{len(calls)} attention calls for {len(layers)} layers"}
+        why = {"absent": "the model's attention calls could not be matched to its layers"}
         return {str(layer): why for layer in chosen}
     stored = {}
     for layer in chosen:
@@ -611,7 +620,6 @@ class Seq2SeqFolderAdapter(TransformersAdapter):
     output."""
 
     kind, views = "transformer", ("encoder", "decoder", "cross")
-    vectors = False
     takes_targets = True
 
     def facts(self, model) -> dict[str, Any]:
@@ -672,13 +680,13 @@ class Seq2SeqFolderAdapter(TransformersAdapter):
             else:
                 target, finished = self.decoded(model, source, request)
                 read = "its beam output" if request.beam > 1 else "its greedy output"
-            page = self.page(model, tokenizer, text, source, target, finished)
+            page = self.page(model, tokenizer, text, source, target, finished, request.vectors)
             page["decoder_input"] = read
             pages.append(page)
         return pages
 
-    def page(self, model, tokenizer, text, source, target, finished) -> dict[str, Any]:
-        attention = run_seq2seq(model, source, target)
+    def page(self, model, tokenizer, text, source, target, finished, vectors=None) -> dict:
+        attention, calls = run_seq2seq(model, source, target)
         source_tokens = tokenizer.tokens(source)
         inputs = tokenizer.tokens(target)
         end = tokenizer.tokens([model.hf.config.eos_token_id])[0] if finished else "\u2026"
@@ -695,7 +703,9 @@ class Seq2SeqFolderAdapter(TransformersAdapter):
                                   layers)  # fmt: skip
             if name == "encoder":
                 _with_rollout(view, layers)
-            view.update(causal=name == "decoder", vectors={})
+            causal = name == "decoder"
+            found = calls.get(name, ())
+            view.update(causal=causal, vectors=_stored(found, layers, vectors, causal=causal))
             views.append(view)
         return {
             "name": text,
@@ -803,7 +813,7 @@ def folder_attention(model: TransformersFolder, tokenizer, item, target=None) ->
             target, _ = adapter.given(model, tokenizer, target, 0)
         else:
             target, _ = adapter.decoded(model, source, request)
-        attention = run_seq2seq(model, source, target)
+        attention, _ = run_seq2seq(model, source, target)
         source_tokens, targets = tokenizer.tokens(source), tokenizer.tokens(target)
         return {
             "attention": attention,
