@@ -21,7 +21,9 @@ EXAMPLE = (
     "  qkv explore --checkpoint runs/clips --test 8 --out clips.html\n"
     "  qkv explore --checkpoint runs/fashion sneaker.png --out fashion.html\n"
     '  qkv explore --checkpoint runs/lm "And God said" --generate 20 --seed 1 --out lm.html\n'
-    '  qkv explore --checkpoint qkv-demo "3/4/01" --live --out live.html   # type your own dates'
+    '  qkv explore --checkpoint qkv-demo "3/4/01" --live --out live.html   # type your own dates\n'
+    '  qkv explore --pretrained ~/models/bart-base "The cat sat." --target "Le chat." --out b.html\n'
+    "  qkv explore --pretrained ~/models/vit-base-patch16-224 cat.jpg --out vit.html"
 )
 
 
@@ -36,7 +38,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "attention (feature-map attention over a picture, pooling weights over a clip's "
         "frames, a frame tagger's heads over the frames), a language model's causal "
         "self-attention (every layer and head, mean, rollout, previous-token, first-token and "
-        "induction scores per head). The page holds "
+        "induction scores per head), a pretrained folder's attention (any text or vision model "
+        "transformers loads, computed through qkv's attention). The page holds "
         "its data, script and styles; it opens from disk and makes no network request. "
         "docs/explorer.md is its manual." + EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -102,8 +102,8 @@ def explore(
         )
     if targets is not None and not adapter.takes_targets:
         raise InputError(
-            f"targets (a decoder text per input) are for encoder-decoder folders read via "
-            f"transformers; a {model_type!r} model decodes its own output"
+            "targets (a decoder text per input) are for encoder-decoder folders read via "
+            f"transformers, not a {model_type!r} model"
         )
     if targets is not None and (
         len(targets) != len(inputs) or not all(isinstance(t, str) and t for t in targets)
