@@ -16,7 +16,8 @@ registry finds its adapter as it finds qkv's own models):
   are softmax(q.k * scale) over its window, which is checked; otherwise one clear error).
 - **encoder-decoder** (BART, T5, T5Gemma, ...): the encoder's self-attention, the decoder's
   causal self-attention and the decoder -> encoder cross-attention as three views, the
-  decoder reading its greedy (or beam) output of the source.
+  decoder reading its greedy (or beam) output of the source, or the text given
+  (``targets``).
 - **vision** (ViT, DeiT, the vision tower of CLIP, ...): an image file per input, prepared by
   the folder's ``AutoImageProcessor``; the patches' self-attention, drawn over the picture
   the model saw (each query patch's weights over the patch grid).
@@ -132,8 +133,12 @@ class TextTokenizer:
 def load_transformers_folder(folder: Path, *, device: str | torch.device = "cpu"):
     """The folder's model as a :class:`TransformersFolder` on ``device``, its tokenizer
     (None for a vision model, whose processor the model holds) and its end tokens, or one
-    clear error: no
-    transformers, a folder it cannot load, attention that bypasses the interface."""
+    clear error: no transformers, a folder it cannot load, attention that bypasses the
+    interface, a text-and-vision pair.
+
+    The family comes from transformers' own tables: an encoder-decoder config, a causal-LM
+    architecture that is not also a masked LM (a decoder), else ``AutoModel`` (a vision
+    model where its input is ``pixel_values``, an encoder otherwise)."""
     from qkv.integrations.transformers import NAME, check_model, register
 
     register()  # raises MissingDependencyError (how to install the extra) without it
