@@ -410,6 +410,13 @@ def test_a_decoder_generates_after_the_prompt(folders):
     assert page["output_tokens"] == loaded.tokenizer.tokens(expected)
     assert page["prompt_length"] == len(prompt)
     assert len(page["views"][0]["query_tokens"]) == len(prompt) + len(expected)
+    sampled = [
+        explore(loaded.model, [TEXT], tokenizer=loaded.tokenizer, generate=6, seed=seed)
+        for seed in (1, 1, 2)
+    ]
+    first, again, other = (data["inputs"][0]["output_tokens"] for data in sampled)
+    assert first == again and len(first) > 0  # the same seed, the same tokens
+    assert first != other
 
 
 # -- the real MiniLM both ways ------------------------------------------------------------

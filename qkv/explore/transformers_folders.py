@@ -580,23 +580,28 @@ class DecoderFolderAdapter(TransformersAdapter):
 
     @staticmethod
     def _generated(model, prompt: list[int], request: ExploreRequest) -> list[int]:
+        """The tokens transformers' ``generate`` samples after the prompt (temperature 0:
+        greedy), stopping at an end token; ``seed`` seeds a forked random state, so the
+        caller's own is left as it was."""
         if not request.generate:
             return []
-        if request.seed is not None:
-            torch.manual_seed(request.seed)
         sampling = request.temperature > 0
         options = {"do_sample": sampling}
         if sampling:
             options.update(temperature=request.temperature, top_k=request.top_k or 0)
         ids = torch.tensor([prompt], device=_device(model))
-        output = model.hf.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=request.generate,
-            eos_token_id=list(request.eos_ids) or None,
-            pad_token_id=(list(request.eos_ids) or [0])[0],
-            **options,
-        )
+        devices = [ids.device] if ids.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            if request.seed is not None:
+                torch.manual_seed(request.seed)
+            output = model.hf.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=request.generate,
+                eos_token_id=list(request.eos_ids) or None,
+                pad_token_id=(list(request.eos_ids) or [0])[0],
+                **options,
+            )
         return output[0, len(prompt) :].tolist()
 
 
