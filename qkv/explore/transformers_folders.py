@@ -230,19 +230,20 @@ def config_json(folder: Path) -> dict:
 
 @dataclass
 class Call:
-    """One call of the attention interface: the layer's heads (one sequence) and scale.
-    Shapes: query (H, Tq, Dh); key, value (Hkv, Tk, Dh)."""
+    """One call of the attention interface: the layer's heads (one sequence; None where not
+    kept) and scale.  Shapes: query (H, Tq, Dh); key, value (Hkv, Tk, Dh)."""
 
-    query: Tensor
-    key: Tensor
-    value: Tensor
+    query: Tensor | None
+    key: Tensor | None
+    value: Tensor | None
     scale: float
     modified: bool  # soft-capping, sinks or a learned bias: not softmax(q.k * scale) alone
 
 
 @contextlib.contextmanager
-def caught_calls() -> Iterator[list[Call]]:
-    """Every call of ``attn_implementation="qkv"`` while the block runs, in call order."""
+def caught_calls(keep: str = "qkv") -> Iterator[list[Call]]:
+    """Every call of ``attn_implementation="qkv"`` while the block runs, in call order,
+    holding the tensors ``keep`` names ("q", "k", "v"; a long input's would fill memory)."""
     from transformers import AttentionInterface
 
     from qkv.integrations.transformers import NAME, attention_forward
@@ -256,9 +257,11 @@ def caught_calls() -> Iterator[list[Call]]:
         modified = any(
             kwargs.get(name) is not None for name in ("softcap", "s_aux", "sinks", "position_bias")
         ) or (isinstance(attention_mask, Tensor) and attention_mask.is_floating_point())
-        calls.append(
-            Call(*(t[0].detach().float().cpu() for t in (query, key, value)), scale, modified)
-        )
+        heads = [
+            t[0].detach().float().cpu() if name in keep else None
+            for name, t in zip("qkv", (query, key, value), strict=True)
+        ]
+        calls.append(Call(*heads, scale, modified))
         return (previous or attention_forward)(
             module, query, key, value, attention_mask, scaling=scaling, **kwargs
         )
@@ -282,11 +285,12 @@ def _layers(weights, what: str) -> list[Tensor]:
 
 
 @torch.no_grad()
-def run_text(model: TransformersFolder, ids: Sequence[int]):
-    """(weights per layer (H, T, T), the interface calls) of an encoder or decoder."""
+def run_text(model: TransformersFolder, ids: Sequence[int], keep: str = ""):
+    """(weights per layer (H, T, T), the interface calls, holding ``keep``'s tensors) of an
+    encoder or decoder."""
     tensor = torch.tensor([list(ids)], device=_device(model))
     options = {"use_cache": False} if model.family == "decoder" else {}
-    with caught_calls() as calls:
+    with caught_calls(keep) as calls:
         output = model.hf(
             input_ids=tensor,
             attention_mask=torch.ones_like(tensor),
@@ -297,7 +301,9 @@ def run_text(model: TransformersFolder, ids: Sequence[int]):
 
 
 @torch.no_grad()
-def run_seq2seq(model: TransformersFolder, source: Sequence[int], target: Sequence[int]):
+def run_seq2seq(
+    model: TransformersFolder, source: Sequence[int], target: Sequence[int], keep: str = ""
+):
     """({"encoder", "decoder", "cross": per layer (H, Tq, Tk)}, {the same names: the
     interface calls of each layer}) for one source and the decoder's inputs ``target``
     (starting with the decoder's start token).  The encoder runs first, then each decoder
@@ -305,7 +311,7 @@ def run_seq2seq(model: TransformersFolder, source: Sequence[int], target: Sequen
     order ({} where their count says otherwise)."""
     device = _device(model)
     source_ids = torch.tensor([list(source)], device=device)
-    with caught_calls() as calls:
+    with caught_calls(keep) as calls:
         output = model.hf(
             input_ids=source_ids,
             attention_mask=torch.ones_like(source_ids),
@@ -326,9 +332,10 @@ def run_seq2seq(model: TransformersFolder, source: Sequence[int], target: Sequen
 
 
 @torch.no_grad()
-def run_image(model: TransformersFolder, pixels: Tensor):
-    """(weights per layer (H, T, T), the interface calls) of one prepared image (1, C, H, W)."""
-    with caught_calls() as calls:
+def run_image(model: TransformersFolder, pixels: Tensor, keep: str = ""):
+    """(weights per layer (H, T, T), the interface calls, holding ``keep``'s tensors) of one
+    prepared image (1, C, H, W)."""
+    with caught_calls(keep) as calls:
         output = model.hf(pixel_values=pixels.to(_device(model)), output_attentions=True)
     return _layers(output.attentions, "self-attention"), calls
 
@@ -461,6 +468,14 @@ def _is_image(item) -> bool:
     return Path(str(item)).suffix.lower() in IMAGE_SUFFIXES and Path(str(item)).is_file()
 
 
+def _keep(request: ExploreRequest, length: int) -> str:
+    """The tensors of each attention call a page needs: q, k, v for the neuron view, q and k
+    for a long input's compact view, else none."""
+    if request.vectors is not None:
+        return "qkv"
+    return "qk" if length > DENSE_TOKENS else ""
+
+
 def compact_or_why(name, title, tokens, layers, calls, *, causal: bool, windows=None):
     """(a compact view (``qkv.explore.compact``) of a long self-attention, None) where each
     layer's weights are softmax(q.k * scale) over the keys it sees (checked against the
@@ -497,7 +512,7 @@ class EncoderFolderAdapter(TransformersAdapter):
         tokenizer, pages = request.tokenizer, []
         for index, text in enumerate(inputs):
             ids = self.ids(model, tokenizer, text, index)
-            layers, calls = run_text(model, ids)
+            layers, calls = run_text(model, ids, _keep(request, len(ids)))
             tokens = tokenizer.tokens(ids)
             title = VIEW_TITLES["encoder"]
             view = None
@@ -546,7 +561,7 @@ class DecoderFolderAdapter(TransformersAdapter):
         tokenizer = request.tokenizer
         prompt = self.ids(model, tokenizer, item, index)
         ids = prompt + self._generated(model, prompt, request)
-        layers, calls = run_text(model, ids)
+        layers, calls = run_text(model, ids, _keep(request, len(ids)))
         tokens = tokenizer.tokens(ids)
         windows = windows_of(model, len(layers))
         title = "causal self-attention"
@@ -696,7 +711,7 @@ class Seq2SeqFolderAdapter(TransformersAdapter):
         return pages
 
     def page(self, model, tokenizer, text, source, target, finished, vectors=None) -> dict:
-        attention, calls = run_seq2seq(model, source, target)
+        attention, calls = run_seq2seq(model, source, target, "qkv" if vectors else "")
         source_tokens = tokenizer.tokens(source)
         inputs = tokenizer.tokens(target)
         end = tokenizer.tokens([model.hf.config.eos_token_id])[0] if finished else "\u2026"
@@ -770,7 +785,7 @@ class VisionFolderAdapter(TransformersAdapter):
         pages = []
         for index, item in enumerate(inputs):
             pixels, seen = self.prepared(model, item, index)
-            layers, calls = run_image(model, pixels)
+            layers, calls = run_image(model, pixels, "qkv" if request.vectors else "")
             tokens, grid = patch_labels(model, pixels, layers[0].shape[-1])
             view = attention_view("self", "patch self-attention", tokens, tokens, "source",
                                   "source", layers)  # fmt: skip
