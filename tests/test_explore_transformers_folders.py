@@ -517,6 +517,16 @@ def test_an_architecture_that_bypasses_the_interface_is_named(tmp_path):
     one_line(error)
 
 
+def test_generation_past_the_learned_positions_is_refused(folders):
+    bart = load_folder(folders["bart"])  # 64 positions
+    with pytest.raises(InputError, match="max_len=70: the model's positions reach 64"):
+        explore(bart.model, [TEXT], tokenizer=bart.tokenizer, max_len=70)
+    with pytest.raises(InputError, match="target 0 has .* positions reach 64"):
+        explore(bart.model, [TEXT], tokenizer=bart.tokenizer, targets=[" ".join([TEXT] * 9)])
+    data = explore(bart.model, [" ".join([TEXT] * 5)], tokenizer=bart.tokenizer, beam=1)
+    assert len(data["inputs"][0]["views"][1]["query_tokens"]) <= 64  # the default fits
+
+
 def test_a_text_and_vision_pair_is_refused_with_the_fix(tmp_path):
     vision = dict(hidden_size=32, image_size=32, patch_size=8, **LAYERS)
     text = dict(vocab_size=VOCAB, hidden_size=32, **LAYERS)

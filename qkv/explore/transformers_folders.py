@@ -431,21 +431,22 @@ class TransformersAdapter(ExplorerAdapter):
         facts["positions"] = getattr(config, "max_position_embeddings", None) or "relative"
         return facts
 
-    def ids(self, model: TransformersFolder, tokenizer, item, index: int) -> list[int]:
+    def ids(self, model: TransformersFolder, tokenizer, item, index: int, what="input"):
+        """The token ids of one text (``what`` names it in errors: an input, a target)."""
         if isinstance(item, (str, Path)) and _is_image(item):
             raise InputError(
-                f"input {index} ({item}) is an image; {model.architecture} reads text: pass "
+                f"{what} {index} ({item}) is an image; {model.architecture} reads text: pass "
                 "texts (images go to vision models such as ViT)"
             )
         if not isinstance(item, str) or not item.strip():
-            raise InputError(f"input {index}: {model.architecture} takes texts (non-empty str)")
+            raise InputError(f"{what} {index}: {model.architecture} takes texts (non-empty str)")
         ids = tokenizer.encode(item)
         if not ids:
-            raise InputError(f"input {index} has no tokens: nothing to explore")
+            raise InputError(f"{what} {index} has no tokens: nothing to explore")
         limit = _position_limit(model)
         if limit is not None and len(ids) > limit:
             raise InputError(
-                f"input {index} has {len(ids)} tokens; the model's positions reach {limit}: "
+                f"{what} {index} has {len(ids)} tokens; the model's positions reach {limit}: "
                 "shorten it or split it"
             )
         return ids
@@ -560,6 +561,13 @@ class DecoderFolderAdapter(TransformersAdapter):
     def _page(self, model, item, index, request, induction) -> dict[str, Any]:
         tokenizer = request.tokenizer
         prompt = self.ids(model, tokenizer, item, index)
+        limit = _position_limit(model)
+        if limit is not None and len(prompt) + request.generate > limit:
+            raise InputError(
+                f"input {index}: {len(prompt)} prompt tokens + {request.generate} generated "
+                f"exceed the model's {limit} positions; shorten the prompt or generate less",
+                fields=("generate",),
+            )
         ids = prompt + self._generated(model, prompt, request)
         layers, calls = run_text(model, ids, _keep(request, len(ids)))
         tokens = tokenizer.tokens(ids)
@@ -668,6 +676,15 @@ class Seq2SeqFolderAdapter(TransformersAdapter):
         if request.beam > 1:
             options["length_penalty"] = request.length_penalty
         limit = request.max_len if request.max_len is not None else int(1.5 * len(source)) + 10
+        positions = _position_limit(model)  # the decoder's inputs: its start token, then these
+        if positions is not None and limit > positions - 1:
+            if request.max_len is not None:
+                raise InputError(
+                    f"max_len={limit}: the model's positions reach {positions}, so at most "
+                    f"{positions - 1} tokens can follow the decoder's start token",
+                    fields=("max_len",),
+                )
+            limit = positions - 1
         output = model.hf.generate(
             ids, attention_mask=torch.ones_like(ids), max_new_tokens=limit, do_sample=False,
             **options,
@@ -688,12 +705,19 @@ class Seq2SeqFolderAdapter(TransformersAdapter):
     def given(self, model, tokenizer, text: str, index: int):
         """The decoder's inputs for a text the user gives: the start token, then the text's
         tokens (as the folder's tokenizer makes labels; a final end token ends it)."""
-        ids = self.ids(model, tokenizer, text, index)
+        ids = self.ids(model, tokenizer, text, index, what="target")
         config = model.hf.config
         start = config.decoder_start_token_id
         start = start if start is not None else config.pad_token_id
         finished = ids[-1] == config.eos_token_id
-        return [start, *(ids[:-1] if finished else ids)], finished
+        target = [start, *(ids[:-1] if finished else ids)]
+        positions = _position_limit(model)
+        if positions is not None and len(target) > positions:
+            raise InputError(
+                f"target {index} has {len(target)} decoder inputs with the start token; the "
+                f"model's positions reach {positions}: shorten it"
+            )
+        return target, finished
 
     def pages(self, model, inputs, request: ExploreRequest) -> list[dict[str, Any]]:
         tokenizer, pages = request.tokenizer, []
