@@ -28,7 +28,6 @@ transformers is imported only when such a folder is opened (``pip install -e ".[
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from qkv.errors import CheckpointError, InputError
+from qkv.errors import CheckpointError, InputError, QkvError
 
 from .compact import DENSE_TOKENS, compact_view
 from .language import INDUCTION_LENGTH
@@ -196,7 +195,7 @@ def _quietly(load, folder, *, what: str, **options):
     """``load(folder, **options)``; any failure becomes one line naming the folder."""
     try:
         return load(str(folder), **options)
-    except (InputError, CheckpointError):
+    except QkvError:
         raise
     except Exception as error:  # transformers raises many kinds; the user needs one line
         message = " ".join(str(error).split()) or type(error).__name__
@@ -215,14 +214,6 @@ def eos_ids(model: TransformersFolder) -> tuple[int, ...]:
         if found is not None:
             return tuple(found) if isinstance(found, (list, tuple)) else (int(found),)
     return ()
-
-
-def config_json(folder: Path) -> dict:
-    try:
-        found = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 # -- running -------------------------------------------------------------------------------
