@@ -78,6 +78,20 @@ def _configs():
             ),
             "Gemma2ForCausalLM",
         ),  # fmt: skip
+        "gpt_oss": (  # attention sinks: a causal page without padding takes the explicit route
+            t.GptOssConfig(
+                **small,
+                num_key_value_heads=2,
+                head_dim=8,
+                num_local_experts=2,
+                num_experts_per_tok=1,
+                sliding_window=5,
+                bos_token_id=1,
+                eos_token_id=2,
+                pad_token_id=0,
+            ),
+            "GptOssForCausalLM",
+        ),  # fmt: skip
         "bart": (
             t.BartConfig(
                 vocab_size=VOCAB,
@@ -210,7 +224,7 @@ def assert_page(view, theirs):
 # -- each family equals eager -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["roberta", "modernbert", "qwen2", "gemma2"])
+@pytest.mark.parametrize("name", ["roberta", "modernbert", "qwen2", "gemma2", "gpt_oss"])
 def test_text_pages_hold_the_eager_weights(folders, name):
     loaded = load_folder(folders[name], via="transformers" if name == "qwen2" else None)
     assert loaded.model.implementation == (
@@ -228,7 +242,7 @@ def test_text_pages_hold_the_eager_weights(folders, name):
     assert_page(page["views"][0], theirs.attentions)
     assert data["model"]["implementation"].startswith("transformers ")
     assert data["model"]["layers"] == 2 and data["model"]["heads"] == 4
-    decoder = name in ("qwen2", "gemma2")
+    decoder = name in ("qwen2", "gemma2", "gpt_oss")
     assert data["model"]["kind"] == ("lm" if decoder else "encoder")
     assert page["views"][0]["causal"] is decoder
 
@@ -372,6 +386,9 @@ def test_the_neuron_view_vectors_give_the_weights_or_say_why_not(folders):
     gemma = load_folder(folders["gemma2"])
     data = explore(gemma.model, [TEXT], tokenizer=gemma.tokenizer, vectors=[0])
     assert "soft-capping" in data["inputs"][0]["views"][0]["vectors"]["0"]["absent"]
+    sinks = load_folder(folders["gpt_oss"])
+    data = explore(sinks.model, [TEXT], tokenizer=sinks.tokenizer, vectors=[1])
+    assert "sinks" in data["inputs"][0]["views"][0]["vectors"]["1"]["absent"]
 
 
 def softmax_of(stored, *, causal: bool) -> torch.Tensor:
