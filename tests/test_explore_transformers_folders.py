@@ -579,3 +579,83 @@ def test_importing_the_explorer_does_not_import_transformers():
         "assert 'transformers' not in sys.modules, 'transformers imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(Path(__file__).parent.parent))
+
+
+# -- the wider set: more architectures through the same path -------------------------------
+
+
+def _more():
+    t = transformers
+    decoder = dict(vocab_size=VOCAB, hidden_size=32, **LAYERS, num_key_value_heads=2)
+    vision = dict(hidden_size=32, image_size=32, patch_size=8, **LAYERS)
+    square = {"height": 32, "width": 32}
+    return {
+        # name -> (config, transformers' class, the image processor for a vision model)
+        "gemma3": (t.Gemma3TextConfig(**decoder, head_dim=8, sliding_window=5),
+                   "Gemma3ForCausalLM", None),
+        "phi3": (t.Phi3Config(**decoder, pad_token_id=0), "Phi3ForCausalLM", None),
+        "opt": (t.OPTConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, ffn_dim=64,
+                            num_attention_heads=4, word_embed_proj_dim=32,
+                            max_position_embeddings=64), "OPTForCausalLM", None),
+        "distilbert": (t.DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4,
+                                          hidden_dim=64), "DistilBertModel", None),
+        "mbart": (t.MBartConfig(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
+                                encoder_attention_heads=4, decoder_attention_heads=4,
+                                encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
+                                eos_token_id=2, decoder_start_token_id=2),
+                  "MBartForConditionalGeneration", None),
+        "deit": (t.DeiTConfig(**vision), "DeiTModel",
+                 lambda: t.DeiTImageProcessor(size=square, crop_size=square)),
+        "dinov2": (t.Dinov2Config(**vision), "Dinov2Model",
+                   lambda: t.BitImageProcessor(size={"shortest_edge": 32}, crop_size=square)),
+        "siglip_vision": (t.SiglipVisionConfig(**vision), "SiglipVisionModel",
+                          lambda: t.SiglipImageProcessor(size=square)),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(_more()))
+def test_more_architectures_equal_eager(folders, name, tmp_path):
+    config, model_class, processor = _more()[name]
+    cls = getattr(transformers, model_class)
+    torch.manual_seed(0)
+    cls(config).save_pretrained(tmp_path)
+    if processor is not None:
+        processor().save_pretrained(tmp_path)
+    else:
+        save_tokenizer(tmp_path)
+    loaded = load_folder(tmp_path)
+    reference = cls.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    with torch.no_grad():
+        if processor is not None:
+            from PIL import Image
+
+            item, target = str(folders["picture"]), None
+            image = Image.open(item).convert("RGB")
+            pixels = loaded.model.processor(images=image, return_tensors="pt")
+            theirs = {"self": reference(**pixels, output_attentions=True).attentions}
+        elif loaded.model.family == "encoder-decoder":
+            item, target = TEXT, TARGET
+            decoder = [2, *loaded.tokenizer.encode(TARGET)]
+            out = reference(
+                input_ids=torch.tensor([loaded.tokenizer.encode(TEXT)]),
+                decoder_input_ids=torch.tensor([decoder]), output_attentions=True,
+            )  # fmt: skip
+            theirs = {
+                "encoder": out.encoder_attentions,
+                "decoder": out.decoder_attentions,
+                "cross": out.cross_attentions,
+            }
+        else:
+            item, target = TEXT, None
+            ids = torch.tensor([loaded.tokenizer.encode(TEXT)])
+            out = reference(ids, output_attentions=True).attentions
+            theirs = {"self" if loaded.model.family == "decoder" else "encoder": out}
+    found = input_attention(loaded.model, loaded.tokenizer, item, target=target)
+    assert set(found["attention"]) == set(theirs)
+    for view, layers in found["attention"].items():
+        assert_close(layers, theirs[view])
+    targets = None if target is None else [target]
+    data = explore(loaded.model, [item], tokenizer=loaded.tokenizer, targets=targets)
+    for view in data["inputs"][0]["views"]:
+        assert_page(view, theirs[view["id"]])
