@@ -99,6 +99,9 @@ def test_bad_folders_and_long_texts_are_one_clear_error(tmp_path, gpt2_folder, m
         load_folder(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(CheckpointError, match=r"'t5'.*bert \(BERT\), gpt2 \(GPT-2\)"):
+        load_folder(tmp_path, via="qkv")
+    # without via, an architecture qkv does not re-implement is transformers' to load
+    with pytest.raises(CheckpointError, match=r"transformers cannot load the model .*no file"):
         load_folder(tmp_path)
     if not hasattr(qkv.pretrained, "load_llama"):  # until the Llama loader lands
         (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))

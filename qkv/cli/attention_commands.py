@@ -19,7 +19,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "token attended to; for a language model, plot the causal self-attention of the text. "
         "--weights-out writes every layer's and head's weights, one array per attention "
         "named by its view (e.g. decoder.layer0, cross.layer1, self.layer2: (H, Tq, Tk)), "
-        "with the tokens as `tokens` (and `source_tokens` for a translator)."
+        "with the tokens as `tokens` (and `source_tokens` for a translator). A pretrained "
+        "folder read via transformers writes each of its attentions (encoder, decoder, "
+        "cross for an encoder-decoder; a vision model's patches, given an image file)."
         "\n\nexample:\n"
         '  qkv attention --checkpoint qkv-demo "Tuesday, March 3, 1998" --out alignment.png '
         "--layer 1 --head 0\n"
@@ -28,7 +30,15 @@ def register(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_options(attention)
-    attention.add_argument("sentence", help="the source sentence (a language model: the text)")
+    attention.add_argument(
+        "sentence",
+        help="the source sentence (a language model: the text; a vision folder: an image file)",
+    )
+    attention.add_argument(
+        "--target",
+        metavar="TEXT",
+        help="encoder-decoder folders: the text the decoder reads (default: its greedy output)",
+    )
     attention.add_argument("--out", help="PNG file to write")
     attention.add_argument(
         "--weights-out", metavar="FILE.npz", help="write every layer's and head's weights"
@@ -59,11 +69,15 @@ def _attention(args: argparse.Namespace) -> int:
     for path in (args.out, args.weights_out):
         if path and not Path(path).resolve().parent.is_dir():
             raise InputError(f"the folder of {path!r} does not exist; create it first")
+    if args.via is not None and not args.pretrained:
+        raise InputError(f"--via {args.via} says how to read a --pretrained folder")
     if args.pretrained:
         from ..explore import load_folder
 
-        loaded = load_folder(args.pretrained)
+        loaded = load_folder(args.pretrained, via=args.via)
         return _text_attention(args, loaded.model, loaded.tokenizer)
+    if args.target is not None:
+        raise InputError("--target is for encoder-decoder folders (--pretrained)")
     _, family = family_of_checkpoint(args.checkpoint)
     if family is not None and family.text_model is not None:  # a model that reads one text
         loaded = family.text_model(args.checkpoint)
@@ -72,16 +86,18 @@ def _attention(args: argparse.Namespace) -> int:
 
 
 def _text_attention(args: argparse.Namespace, model, tokenizer) -> int:
-    """A model that reads one sequence: a language model, a BERT encoder."""
-    from ..explore import plot_attention, text_attention, write_weights
+    """A model that reads one input: a language model, an encoder, a pretrained folder."""
+    from ..explore import input_attention, plot_attention, write_weights
 
-    view, tokens, layers = text_attention(model, tokenizer, args.sentence)
+    found = input_attention(model, tokenizer, args.sentence, target=args.target)
     if args.weights_out:
-        path = write_weights(args.weights_out, {view: layers}, tokens=tokens)
+        path = write_weights(args.weights_out, found["attention"], **found["tokens"])
         print(f"weights: {path}")
     if args.out:
-        name = f"{view} self-attention"
-        path = call_with_options(plot_attention, args, layers, tokens, tokens, args.out, name=name)
+        view, queries, keys = found["plot"]
+        layers = found["attention"][view]
+        name = f"{view} self-attention" if queries is keys else f"{view}-attention"
+        path = call_with_options(plot_attention, args, layers, queries, keys, args.out, name=name)
         print(f"heatmap: {path}")
     return 0
 

@@ -20,7 +20,9 @@ EXAMPLE = (
     "  qkv explore --checkpoint runs/clips --test 8 --out clips.html\n"
     "  qkv explore --checkpoint runs/fashion sneaker.png --out fashion.html\n"
     '  qkv explore --checkpoint runs/lm "And God said" --generate 20 --seed 1 --out lm.html\n'
-    '  qkv explore --checkpoint qkv-demo "3/4/01" --live --out live.html   # type your own dates'
+    '  qkv explore --checkpoint qkv-demo "3/4/01" --live --out live.html   # type your own dates\n'
+    '  qkv explore --pretrained ~/models/bart-base "The cat sat." --target "Le chat." --out b.html\n'
+    "  qkv explore --pretrained ~/models/vit-base-patch16-224 cat.jpg --out vit.html"
 )
 
 
@@ -35,7 +37,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "attention (feature-map attention over a picture, pooling weights over a clip's "
         "frames, a frame tagger's heads over the frames), a language model's causal "
         "self-attention (every layer and head, mean, rollout, previous-token, first-token and "
-        "induction scores per head). The page holds "
+        "induction scores per head), a pretrained folder's attention (any text or vision model "
+        "transformers loads, computed through qkv's attention). The page holds "
         "its data, script and styles; it opens from disk and makes no network request. "
         "docs/explorer.md is its manual." + EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -45,7 +48,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "inputs",
         nargs="*",
         help="sentences (translators), prompts (language models) or image files "
-        "(captioners, image classifiers); "
+        "(captioners, image classifiers, vision folders); "
         "default: one per line on stdin",
     )
     explore.add_argument(
@@ -68,6 +71,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--length-penalty", type=float, default=1.0, help="GNMT length penalty alpha (beam)"
     )
     explore.add_argument("--max-len", type=int, help="the most tokens to generate per input")
+    explore.add_argument(
+        "--target",
+        dest="targets",
+        action="append",
+        metavar="TEXT",
+        help="encoder-decoder folders (--pretrained, via transformers): the text the decoder "
+        "reads instead of its greedy output; once per input, in order",
+    )
     add_sampling_options(explore)
     explore.add_argument(
         "--live",
@@ -103,8 +114,18 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--pretrained",
         metavar="DIR",
-        help="a Hugging Face folder (config.json, weights, tokenizer) of BERT or GPT-2 "
-        "(Llama, Qwen2, Mistral where qkv.pretrained reads them)",
+        help="a Hugging Face folder (config.json, weights, tokenizer or image processor): "
+        "BERT, GPT-2, Llama, Qwen2 and Mistral are read by qkv's own re-implementations; "
+        "any other text or vision model whose attention goes through transformers' "
+        "attention interface (RoBERTa, ModernBERT, Gemma, BART, T5, ViT, ...) is loaded by "
+        "transformers with attn_implementation='qkv' (needs pip install -e '.[hf]'); a "
+        "vision model takes image files as its inputs",
+    )
+    parser.add_argument(
+        "--via",
+        choices=("qkv", "transformers"),
+        help="with --pretrained: read the folder with qkv's re-implementation or with "
+        "transformers' model through qkv's attention (default: qkv's where it has one)",
     )
 
 
@@ -144,6 +165,8 @@ def _explore(args: argparse.Namespace) -> int:
         raise InputError(f"--port {args.port} must be between 0 (any free port) and 65535")
     if not args.live_max_mb > 0:
         raise InputError(f"--live-max-mb {args.live_max_mb:g} must be a positive number of MB")
+    if args.via is not None and not args.pretrained:
+        raise InputError(f"--via {args.via} says how to read a --pretrained folder")
     if args.pretrained:
         data, model, tokenizer = _pretrained_data(args)
         for page in data["inputs"]:
@@ -214,7 +237,7 @@ def _pretrained_data(args: argparse.Namespace) -> tuple[dict, object, object]:
         raise InputError("no inputs: pass texts as arguments or on stdin")
     if args.test is not None:
         raise InputError("--test N is for classifiers; pass texts")
-    loaded = load_folder(args.pretrained, device=args.device)
+    loaded = load_folder(args.pretrained, device=args.device, via=args.via)
     data = call_with_options(
         explore, args, loaded.model, inputs, tokenizer=loaded.tokenizer, eos_ids=loaded.eos_ids
     )

@@ -13,7 +13,7 @@ docs/explorer.md is the page's manual and the data's schema.
 import sys
 import types
 
-from .arrays import plot_attention, text_attention, write_weights
+from .arrays import input_attention, plot_attention, text_attention, write_weights
 from .build import explore
 from .extract import classifier_attention, decode_hypotheses, teacher_forced_attention
 from .language import causal_attention, induction_scores
@@ -57,6 +57,7 @@ __all__ = [
     "quantize",
     "WEIGHT_SCALE",
     "text_attention",
+    "input_attention",
     "load_folder",
     "FolderTokenizer",
     "plot_attention",

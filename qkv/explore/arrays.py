@@ -16,7 +16,13 @@ from qkv.plotting import plot_alignment, plot_alignment_grid
 from .registry import explorer_for
 from .views import token_labels
 
-__all__ = ["text_attention", "write_weights", "plot_attention", "chosen_weights"]
+__all__ = [
+    "text_attention",
+    "input_attention",
+    "write_weights",
+    "plot_attention",
+    "chosen_weights",
+]
 
 
 def text_attention(model: nn.Module, tokenizer, text: str) -> tuple[str, list[str], list[Tensor]]:
@@ -35,6 +41,34 @@ def text_attention(model: nn.Module, tokenizer, text: str) -> tuple[str, list[st
             "finite numbers (a diverged run, a corrupt file)"
         )
     return adapter.views[0], token_labels(tokenizer, ids), layers
+
+
+def input_attention(model: nn.Module, tokenizer, item, *, target: str | None = None) -> dict:
+    """Every attention of a model that reads one input (a text, or an image file for a
+    vision folder; an encoder-decoder folder's decoder reads ``target`` or its greedy
+    output): {"attention": {view: per layer (H, Tq, Tk)}, "tokens": {name: labels} (as
+    :func:`write_weights` takes them), "plot": (the view to plot, its query and key
+    tokens)}."""
+    model_type, adapter = explorer_for(model)
+    every = getattr(adapter, "input_attention", None)
+    if every is not None:
+        found = every(model, tokenizer, item, target)
+    else:
+        if target is not None:
+            raise InputError(f"a target text is for encoder-decoder models, not {model_type!r}")
+        view, tokens, layers = text_attention(model, tokenizer, item)
+        found = {
+            "attention": {view: layers},
+            "tokens": {"tokens": tokens},
+            "plot": (view, tokens, tokens),
+        }
+    for layers in found["attention"].values():
+        if not all(bool(weights.isfinite().all()) for weights in layers):
+            raise NotFiniteError(
+                "the model's attention weights on this input hold NaN or inf: its weights are "
+                "not finite numbers (a diverged run, a corrupt file)"
+            )
+    return found
 
 
 def write_weights(

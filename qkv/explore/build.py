@@ -16,7 +16,13 @@ from torch import Tensor, nn
 
 from qkv.errors import InputError
 
-from . import classifiers, decoders, language, pretrained  # noqa: F401  (register adapters)
+from . import (  # noqa: F401  (register adapters)
+    classifiers,
+    decoders,
+    language,
+    pretrained,
+    transformers_folders,
+)
 from .registry import ExploreRequest, explorer_for
 from .summaries import WEIGHT_SCALE
 
@@ -43,6 +49,7 @@ def explore(
     seed: int | None = None,
     eos_ids: Sequence[int] = (),
     vectors: str | Sequence[int] | None = None,
+    targets: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Decode each input and gather the attention the explorer page shows, as plain data.
 
@@ -71,6 +78,8 @@ def explore(
     vectors: language models, encoders and Transformer translators: the layers whose
         queries, keys and values the page stores for its neuron view ("all", or layer
         indices; default none), in every attention of the layer.
+    targets: encoder-decoder folders read via transformers: per input the text the decoder
+        reads (teacher-forced) instead of its greedy or beam output.
 
     Render the result with :func:`qkv.explore.render_html`.
     """
@@ -91,6 +100,15 @@ def explore(
             "vectors (the neuron view) are for language models, encoders and Transformer "
             f"translators, not {model_type!r}"
         )
+    if targets is not None and not adapter.takes_targets:
+        raise InputError(
+            "targets (a decoder text per input) are for encoder-decoder folders read via "
+            f"transformers, not a {model_type!r} model"
+        )
+    if targets is not None and (
+        len(targets) != len(inputs) or not all(isinstance(t, str) and t for t in targets)
+    ):
+        raise InputError(f"give one non-empty target text per input: {len(inputs)} inputs")
     if adapter.takes_labels and classes is None and _is_names(tokenizer):
         classes, tokenizer = list(tokenizer), None
     request = ExploreRequest(
@@ -106,6 +124,7 @@ def explore(
         seed=seed,
         eos_ids=eos_ids,
         vectors=vectors,
+        targets=None if targets is None else list(targets),
     )
     was_training = model.training
     model.eval()

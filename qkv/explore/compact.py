@@ -48,7 +48,8 @@ def compact_layers(
     for a head's weights, ``mean_error`` for the mean over heads, ``rollout_error`` for the
     rollout.
 
-    vectors: per layer the caught {"q": (H, T, Dh), "k": (Hkv, T, Dh)} (or {"absent": why}).
+    vectors: per layer the caught {"q": (H, T, Dh), "k": (Hkv, T, Dh)} and optionally the
+    layer's "scale" (default 1/sqrt(Dh)), or {"absent": why}.
     windows: per layer its sliding window (query i sees keys i - window < j <= i) or None."""
     windows = list(windows) if windows is not None else [None] * len(layers)
     entries, errors = [], {"max_error": 0.0, "mean_error": 0.0}
@@ -61,7 +62,8 @@ def compact_layers(
                 f"{index} has none ({found['absent']}); explore at most {DENSE_TOKENS} tokens"
             )
         q, k = found["q"].half(), found["k"].half()
-        computed = _weights(q, k, causal=causal, window=windows[index])
+        scale = found.get("scale", 1.0 / q.shape[-1] ** 0.5)  # a layer's own, where it has one
+        computed = _weights(q, k, scale, causal=causal, window=windows[index])
         _worst(errors, "max_error", computed, weights)
         page_means.append(computed.double().mean(0))
         _worst(errors, "mean_error", page_means[-1], weights.double().mean(0))
@@ -75,7 +77,7 @@ def compact_layers(
                     "kv_heads": k.shape[0],
                     "dim": dim,
                     "length": length,
-                    "scale": 1.0 / dim**0.5,
+                    "scale": scale,
                     "causal": causal,
                     "window": windows[index],
                     "thumb": _base64(_thumbs(weights)),
@@ -97,11 +99,13 @@ def _worst(errors: dict[str, float], name: str, page: Tensor, model: Tensor) -> 
     errors[name] = max(errors[name], float((page.double() - model.double()).abs().max()))
 
 
-def _weights(q: Tensor, k: Tensor, *, causal: bool, window: int | None = None) -> Tensor:
+def _weights(
+    q: Tensor, k: Tensor, scale: float, *, causal: bool, window: int | None = None
+) -> Tensor:
     """What the page computes from the stored halves (the page in float64, here float32: a
     difference near 1e-7, far below the rounding).  (H, T, Dh) -> (H, T, T)."""
     q, k = q.float(), k.float().repeat_interleave(q.shape[0] // k.shape[0], dim=0)
-    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    scores = q @ k.transpose(-1, -2) * scale
     length = q.shape[1]
     keep = torch.ones(length, length, dtype=torch.bool)
     if causal or window is not None:  # the kernel's own rules, on the index grid

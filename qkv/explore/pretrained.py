@@ -5,7 +5,8 @@ by qkv's layers with the folder's weights.
 
 - :func:`load_folder`: the folder's model and a :class:`FolderTokenizer` (token ids with the
   model's special tokens, a label per token), or one clear error: not a folder, no config,
-  an architecture the explorer cannot read (naming those it can), no weights, no tokenizer.
+  no weights, no tokenizer.  Every other architecture (or any, with ``via="transformers"``)
+  is loaded by transformers itself with qkv's attention (``transformers_folders``).
 - :class:`EncoderAdapter`: a BERT encoder's bidirectional self-attention on each text, every
   layer and head, mean and rollout.  A decoder-only LM is the language model's adapter.
 """
@@ -44,7 +45,9 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 @dataclass
 class LoadedFolder:
-    """A pretrained folder's model (eval mode), tokenizer and architecture ("BERT", ...)."""
+    """A pretrained folder's model (eval mode), tokenizer and architecture ("BERT", ...); a
+    folder read via transformers has a ``TransformersFolder`` model, the folder's
+    ``AutoTokenizer`` (None for a vision model) and transformers' class name."""
 
     model: nn.Module
     tokenizer: FolderTokenizer
@@ -53,8 +56,18 @@ class LoadedFolder:
     eos_ids: tuple[int, ...] = ()
 
 
-def load_folder(path: str | Path, *, device: str | torch.device = "cpu") -> LoadedFolder:
+#: How a folder can be read: qkv's own re-implementation (the architectures above), or
+#: transformers' model with qkv's attention (every architecture whose attention uses the
+#: interface); None: qkv's where it has one.
+VIA = ("qkv", "transformers")
+
+
+def load_folder(
+    path: str | Path, *, device: str | torch.device = "cpu", via: str | None = None
+) -> LoadedFolder:
     """Read a Hugging Face folder for the explorer (see the module's docstring)."""
+    if via not in (None, *VIA):
+        raise InputError(f"via={via!r}: read a folder via one of {', '.join(VIA)}")
     folder = Path(path)
     if not folder.is_dir():
         raise MissingFileError(
@@ -67,10 +80,16 @@ def load_folder(path: str | Path, *, device: str | torch.device = "cpu") -> Load
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"{folder / 'config.json'} is not JSON ({error})") from None
     model_type = config.get("model_type") if isinstance(config, dict) else None
+    if via == "transformers" or (via is None and model_type not in ARCHITECTURES):
+        from .transformers_folders import load_transformers_folder
+
+        model, tokenizer, eos_ids = load_transformers_folder(folder, device=device)
+        return LoadedFolder(model, tokenizer, model.architecture, eos_ids=eos_ids)
     known = ", ".join(f"{name} ({arch})" for name, (_, arch) in ARCHITECTURES.items())
     if model_type not in ARCHITECTURES:
         raise CheckpointError(
-            f"{folder} holds a {model_type!r} model; the explorer reads the architectures {known}"
+            f"{folder} holds a {model_type!r} model; qkv re-implements the architectures "
+            f"{known} (read it via transformers instead)"
         )
     loader_name, architecture = ARCHITECTURES[model_type]
     loader = getattr(pretrained, loader_name, None)

@@ -51,6 +51,7 @@ class ExploreRequest:
     seed: int | None = None
     eos_ids: Sequence[int] = ()
     vectors: str | Sequence[int] | None = None
+    targets: Sequence[str] | None = None
 
 
 class ExplorerAdapter(ABC):
@@ -65,6 +66,8 @@ class ExplorerAdapter(ABC):
     takes_labels: whether ``labels=`` (true classes) applies.
     generates: whether ``generate=`` (tokens sampled after each prompt) applies.
     vectors: whether ``vectors=`` (q, k, v of some layers, for the neuron view) applies.
+    takes_targets: whether ``targets=`` (a decoder text per input instead of its output)
+        applies.
     live: the family's forward pass in the page (``script/live/<live>.js``), which a live
         page runs on what the learner types (``qkv.explore.live``); None: no live page.
     page: a kind of page of the adapter's own, for a ``kind`` that script/kinds.js does not
@@ -79,6 +82,7 @@ class ExplorerAdapter(ABC):
     takes_labels: bool = False
     generates: bool = False
     vectors: bool = False
+    takes_targets: bool = False
     live: str | None = None
     page: Mapping[str, Any] | None = None
 

@@ -13,7 +13,7 @@ const METRICS = {
 
 const KINDS = {
   transformer: {
-    info: (m) => `Transformer: ${m.encoder_layers} + ${m.decoder_layers} layers, ${m.heads} heads`,
+    info: (m) => `${m.architecture || "Transformer"}: ${m.encoder_layers} + ${m.decoder_layers} layers, ${m.heads} heads`,
     multiHead: true, sourceRow: "source", targetRow: "output", classifier: false,
   },
   "rnn-attention": {
@@ -47,6 +47,12 @@ const KINDS = {
       (m.kv_heads !== m.heads ? ` (${m.kv_heads} key/value heads)` : "") + `, ${m.positions} positions`,
     multiHead: true, sourceRow: "tokens", targetRow: null, classifier: false,
     metrics: { ...METRICS, induction: "induction score (repeated random tokens)" },
+  },
+  vision: {
+    info: (m) => `${m.architecture || "vision model"}: ${m.layers} layers, ${m.heads} heads over ` +
+      `${m.patch ? m.patch + "\u00d7" + m.patch + "-pixel " : ""}patches`,
+    multiHead: true, sourceRow: null, targetRow: null, classifier: false, term: "query",
+    pickRegions: true,
   },
   encoder: {
     info: (m) => `${m.architecture || "encoder"}: ${m.layers} layers, ${m.heads} heads, bidirectional`,

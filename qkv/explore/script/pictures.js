@@ -4,16 +4,20 @@
 const images = []; // per input with a picture: a decoded <img>
 
 /** The picture dimmed where the word's attention is low: the region grid drawn one pixel
-    per region, then upsampled with smoothing (bilinear) over the image. */
+    per region, then upsampled with smoothing (bilinear) over the image.  A model with
+    layers and heads draws the layer and head shown; its keys may start with tokens that are
+    no region (a vision Transformer's [CLS]: image.offset of them), left out of the picture. */
 function drawOverlay(canvas, x, v, s, word) {
-  const [gh, gw] = x.image.grid;
+  const [gh, gw] = x.image.grid, offset = x.image.offset || 0;
   const ctx = canvas.getContext("2d"), w = canvas.width, h = canvas.height;
   const img = images[s.input];
   ctx.fillStyle = themed("--bg"); ctx.fillRect(0, 0, w, h);
   if (!img || !img.complete) return;
   ctx.imageSmoothingEnabled = true; ctx.imageSmoothingQuality = "high";
   ctx.drawImage(img, 0, 0, w, h);
-  const values = v.layers[0].heads[0][word];
+  const m = KIND.multiHead ? matrixOf(s.input, v, s.layer, s.head) : v.layers[0].heads[0];
+  if (!m) return; // a long page's mean or rollout on its way
+  const values = m[word].slice(offset, offset + gh * gw);
   const top = Math.max(1, ...values);
   const small = document.createElement("canvas");
   small.width = gw; small.height = gh;
@@ -25,12 +29,15 @@ function drawOverlay(canvas, x, v, s, word) {
   ctx.drawImage(small, 0, 0, w, h);
   if (pickable(x, v)) { // the query region, outlined
     ctx.strokeStyle = themed("--highlight"); ctx.lineWidth = Math.max(1, w / 128);
-    ctx.strokeRect(((word % gw) * w) / gw, (Math.floor(word / gw) * h) / gh, w / gw, h / gh);
+    const region = word - offset;
+    if (region >= 0) ctx.strokeRect(((region % gw) * w) / gw, (Math.floor(region / gw) * h) / gh, w / gw, h / gh);
   }
 }
 
-/** An image classifier's feature-map view: one query per region, picked on the picture. */
-const pickable = (x, v) => x.image && KIND.classifier && v.query_tokens.length === x.image.grid[0] * x.image.grid[1];
+/** An image classifier's feature-map view or a vision Transformer's self-attention: one
+    query per region (after the image.offset leading tokens), picked on the picture. */
+const pickable = (x, v) => x.image && (KIND.classifier || KIND.pickRegions) &&
+  v.query_tokens.length === (x.image.offset || 0) + x.image.grid[0] * x.image.grid[1];
 
 function pickRegion(event) {
   const x = input(), v = view();
@@ -38,7 +45,8 @@ function pickRegion(event) {
   const [gh, gw] = x.image.grid, box = event.target.getBoundingClientRect();
   const col = Math.min(gw - 1, Math.max(0, Math.floor(((event.clientX - box.left) / box.width) * gw)));
   const row = Math.min(gh - 1, Math.max(0, Math.floor(((event.clientY - box.top) / box.height) * gh)));
-  if (row * gw + col !== state.word) show({ word: row * gw + col });
+  const word = (x.image.offset || 0) + row * gw + col;
+  if (word !== state.word) show({ word });
 }
 
 function renderImage(x, v, s) {

@@ -326,8 +326,9 @@ def _explicit(
         # the sink: one more column, always open, whose weight is dropped after the softmax
         sink = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(batch, heads, tq, 1)
         scores = torch.cat([scores, sink], dim=-1)
-        if mask is not None:
-            mask = torch.cat([mask.expand(batch, -1, tq, tk), mask.new_ones(batch, 1, tq, 1)], -1)
+        if mask is not None:  # (Tq, Tk) for a causal call without padding, else 4D
+            mask = mask.expand(batch, heads, tq, tk)
+            mask = torch.cat([mask, mask.new_ones(batch, heads, tq, 1)], -1)
     # half precisions take the softmax in float32, as transformers' eager layers do
     weights = masked_softmax(scores.float(), mask).to(query.dtype)
     if sinks is not None:
