@@ -106,12 +106,22 @@ def _weights(
     difference near 1e-7, far below the rounding).  (H, T, Dh) -> (H, T, T)."""
     q, k = q.float(), k.float().repeat_interleave(q.shape[0] // k.shape[0], dim=0)
     scores = q @ k.transpose(-1, -2) * scale
-    length = q.shape[1]
-    keep = torch.ones(length, length, dtype=torch.bool)
-    if causal or window is not None:  # the kernel's own rules, on the index grid
-        rule = patterns.causal if window is None else patterns.sliding_window(window)
-        keep = create_mask(rule, None, None, length, length, "cpu")[0, 0]
+    keep = kept_keys(q.shape[1], q.shape[1], causal=causal, window=window)
     return scores.masked_fill(~keep, float("-inf")).softmax(dim=-1)
+
+
+def kept_keys(tq: int, tk: int, *, causal: bool, window: int | None = None) -> Tensor:
+    """(tq, tk) boolean: the keys each query sees, by the kernel's own rules (causal, or a
+    sliding window) evaluated on the index grid; the queries are the last tq positions."""
+    if not causal and window is None:
+        return torch.ones(tq, tk, dtype=torch.bool)
+    rule = patterns.causal if window is None else patterns.sliding_window(window)
+    offset = tk - tq
+
+    def end_aligned(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return rule(b, h, q_idx + offset, kv_idx)
+
+    return create_mask(end_aligned, None, None, tq, tk, "cpu")[0, 0]
 
 
 def _thumbs(weights: Tensor) -> Tensor:

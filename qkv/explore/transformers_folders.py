@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from qkv.errors import CheckpointError, InputError, QkvError
 
-from .compact import DENSE_TOKENS, compact_view
+from .compact import DENSE_TOKENS, compact_view, kept_keys
 from .language import INDUCTION_LENGTH
 from .registry import ExplorerAdapter, ExploreRequest, register_explorer
 from .summaries import attention_rollout, head_summary, quantize
@@ -355,13 +355,7 @@ def _plain_weights(call: Call, *, causal: bool, window: int | None) -> Tensor:
     group = call.query.shape[0] // call.key.shape[0]
     keys = call.key.repeat_interleave(group, dim=0)
     scores = call.query @ keys.transpose(-1, -2) * call.scale
-    tq, tk = scores.shape[-2:]
-    distance = torch.arange(tq)[:, None] + (tk - tq) - torch.arange(tk)[None, :]
-    keep = torch.ones(tq, tk, dtype=torch.bool)
-    if causal:
-        keep &= distance >= 0
-    if window is not None:
-        keep &= distance < window
+    keep = kept_keys(*scores.shape[-2:], causal=causal, window=window)
     return scores.masked_fill(~keep, float("-inf")).softmax(dim=-1)
 
 
@@ -720,12 +714,14 @@ class Seq2SeqFolderAdapter(TransformersAdapter):
             else:
                 target, finished = self.decoded(model, source, request)
                 read = "its beam output" if request.beam > 1 else "its greedy output"
-            page = self.page(model, tokenizer, text, source, target, finished, request.vectors)
+            page = self.input_page(
+                model, tokenizer, text, source, target, finished, request.vectors
+            )
             page["decoder_input"] = read
             pages.append(page)
         return pages
 
-    def page(self, model, tokenizer, text, source, target, finished, vectors=None) -> dict:
+    def input_page(self, model, tokenizer, text, source, target, finished, vectors=None) -> dict:
         attention, calls = run_seq2seq(model, source, target, "qkv" if vectors else "")
         source_tokens = tokenizer.tokens(source)
         inputs = tokenizer.tokens(target)
