@@ -71,6 +71,11 @@ EXAMPLES = {
     ),
 }
 
+#: Tutorials that show an example's model: the example -> the tutorial's run folder.  Each
+#: tutorial trains it with the example's own command when it runs alone (a notebook); the
+#: build trains it once, for the example, and hands the run to the tutorial.
+SHARED_RUNS = {"transformer": "05-dates", "captioner": "06-captioner"}
+
 
 def say(line: str) -> None:
     print(f"[docs] {line}", flush=True)
@@ -175,6 +180,16 @@ def make_examples(reuse: bool) -> None:
         say(f"example {name}: {page.relative_to(ROOT)} in {time.perf_counter() - started:.0f} s")
 
 
+def share_runs() -> None:
+    """Copy each example's run that a tutorial shows into the tutorial's run folder, unless
+    the tutorial has its own (a --reuse build keeps what it finds)."""
+    for name, folder in SHARED_RUNS.items():
+        source, target = RUNS / name, TUTORIAL_RUNS / folder
+        if source.is_dir() and not target.exists():
+            shutil.copytree(source, target)
+            say(f"tutorial run {folder}: the {name} example's")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serve", action="store_true", help="serve the site instead of writing it")
@@ -197,6 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     make_examples(args.reuse)
     if not args.reuse:  # the tutorials train afresh
         shutil.rmtree(TUTORIAL_RUNS, ignore_errors=True)
+    share_runs()
     mkdocs = [sys.executable, "-m", "mkdocs"]
     if args.serve:
         run(mkdocs + ["serve", "--strict", "--dev-addr", "127.0.0.1:8000"])

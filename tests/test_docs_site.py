@@ -146,6 +146,62 @@ def test_an_embedded_explorer_page_is_drawn(browser, site_url, name):
     assert errors == [], errors
 
 
+#: The tutorials that embed a live explorer page: a learner types into the model itself.
+LIVE_TUTORIALS = ["04-translation", "05-transformer", "08-language-model"]
+
+
+@pytest.mark.parametrize("language", ["", "zh/"])
+@pytest.mark.parametrize("page", LIVE_TUTORIALS)
+def test_a_tutorials_live_page_recomputes_its_own_example_offline(
+    browser, site_url, page, language
+):
+    """The page's forward pass (window.qkvLive.run) runs inside the tutorial, with the network
+    off, and gives for the page's first input the attention that PyTorch computed when the
+    page was built (stored to 4 decimals): the translators' greedy output as well, the
+    language model for its prompt and the continuation the build sampled."""
+    open_and_check(browser, f"{site_url}/{language}tutorials/{page}.html", site_url)
+    frames = browser.find_elements("css selector", "iframe[srcdoc]")
+    assert len(frames) == 1, f"{page}: {len(frames)} embedded explorers"
+    browser.switch_to.frame(frames[0])
+    try:
+        deadline = time.monotonic() + 20
+        while browser.execute_script("return document.body.dataset.ready") != "true":
+            assert time.monotonic() < deadline, f"{page}: the explorer did not finish drawing"
+            time.sleep(0.05)
+        data = browser.execute_script("return window.qkv.data")
+        family = browser.execute_script("return window.qkvLive.family")
+        example = data["inputs"][0]
+        if family == "lm":
+            text = example["source"] + example["output"]
+            result = browser.execute_script(
+                "return window.qkvLive.run(arguments[0], {generate: 0})", text
+            )
+            assert len(result["tokens"]["source"]) == len(example["source_tokens"])
+        else:
+            result = browser.execute_script(
+                "return window.qkvLive.run(arguments[0])", example["source"]
+            )
+            assert result["output"] == example["output"], (result["output"], example["output"])
+        scale = data["weight_scale"]
+        compared = 0
+        for view in example["views"]:
+            kind = "cross" if view["kind"] == "alignment" else view["id"]
+            live = result["attention"][kind]
+            assert len(live) == len(view["layers"]), (page, kind)
+            for live_layer, layer in zip(live, view["layers"], strict=True):
+                for live_head, head in zip(live_layer, layer["heads"], strict=True):
+                    for live_row, row in zip(live_head, head, strict=True):
+                        assert len(live_row) == len(row)
+                        worst = max(abs(a - b / scale) for a, b in zip(live_row, row))
+                        assert worst <= 1e-4 + 0.5 / scale, (page, kind, worst)
+                        compared += 1
+        assert compared > 10, compared
+    finally:
+        browser.switch_to.default_content()
+    errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+    assert errors == [], errors
+
+
 # ---------------------------------------------------------------------------------------
 # Every page, both languages.
 

@@ -195,3 +195,20 @@ def test_a_role_resolves_as_python_would(hooks):
     )
     assert roles.resolve(masks, package, "torch.topk") is None
     assert roles.canonical(package["functional"]) == "qkv.functional"
+
+
+def test_a_tutorial_that_shows_an_examples_model_trains_it_with_the_examples_command():
+    """The build trains such a model once, for the example, and copies the run into the
+    tutorial's folder: the tutorial's own command (what a notebook runs) must be the
+    example's, or the page would show another model than its code makes."""
+    build = load("build")
+    for name, folder in build.SHARED_RUNS.items():
+        pages = [p for p in TUTORIALS.glob("*.md") if f"runs/tutorials/{folder}" in p.read_text()]
+        assert len(pages) == 2, (name, pages)  # the English page and the Chinese one
+        for page in pages:
+            call = re.search(r"subprocess\.run\(\[(.*?)\]", page.read_text(), re.DOTALL)
+            assert call, page
+            words = re.findall(r'"([^"]*)"', call.group(1))
+            expected = ["-m", "qkv.cli.main", "train", *build.EXAMPLES[name][0]]
+            expected += ["--threads", "1", *build.LOG_RARELY, "--out"]
+            assert words == expected, (page.name, words)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from qkv.data import BPETokenizer, CharTokenizer
+from qkv.data.word_tokenizer import WordTokenizer
 from qkv.errors import InputError
 from qkv.explore import add_live, explore, live_entry, render_html
 from qkv.explore.live import pack_tensors, tokenizer_spec, weight_megabytes
@@ -66,7 +67,13 @@ def test_the_tokenizer_table_is_the_tokenizers():
     bpe = BPETokenizer.train(["the cat sat on the mat"] * 5, vocab_size=40)
     spec = tokenizer_spec(bpe)
     assert spec["kind"] == "bpe" and spec["vocab"]["<unk>"] == 3 and spec["merges"]
-    with pytest.raises(InputError, match="char, bpe and bytebpe"):
+    words = WordTokenizer.train(["the cat sat", "the mat"])
+    assert tokenizer_spec(words) == {
+        "kind": "words",
+        "words": ["the", "cat", "mat", "sat"],
+        "specials": ["<pad>", "<s>", "</s>", "<unk>"],
+    }
+    with pytest.raises(InputError, match="char, words, bpe and bytebpe"):
         tokenizer_spec(object())
 
 

@@ -12,6 +12,7 @@ import torch
 
 from qkv.data import BOS_ID, EOS_ID, PAD_ID, BPETokenizer, CharTokenizer
 from qkv.data.text_tokenizers import ByteBPETokenizer
+from qkv.data.word_tokenizer import WordTokenizer
 from qkv.decoding import greedy_search, sample
 from qkv.explore import add_live, explore, write_html
 from qkv.models import (
@@ -343,6 +344,19 @@ def test_a_bpe_translator_page_tokenizes_as_the_library(browser, tmp_path):
         assert result["ids"]["source"] == tk.encode(text.strip()), text
         assert result["tokens"]["source"] == tk.tokens(tk.encode(text.strip()))
         assert result["output"] == tk.decode(result["ids"]["output"])
+
+
+def test_a_word_tokenizer_rnn_page_tokenizes_and_aligns_as_the_library(browser, tmp_path):
+    """Tutorial 4's translator: whole words (unseen ones <unk>, any whitespace between)."""
+    tk = WordTokenizer.train(CORPUS)
+    model = tiny_rnn(tk.vocab_size)
+    live_page(browser, tmp_path, "words", model, ["the fox"], tokenizer_=tk)
+    for text in [*subword_texts(2), "the\u00a0fox\u2003jumps \t zebra\u3000dog"]:
+        result = run(browser, text)
+        assert result["ids"]["source"] == tk.encode(text.strip()), text
+        assert result["tokens"]["source"] == tk.tokens(tk.encode(text.strip()))
+        assert result["output"] == tk.decode(result["ids"]["output"])
+        check_translator(result, model, text, tk, ("cross",))
 
 
 def test_a_byte_level_bpe_language_model_page_tokenizes_as_the_library(browser, tmp_path):

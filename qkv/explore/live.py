@@ -72,12 +72,15 @@ def pack_tensors(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, list], str
 
 def tokenizer_spec(tokenizer: Any) -> dict[str, Any]:
     """What the page's tokenizer (``script/live/common.js``) needs: a character tokenizer's
-    alphabet; a BPE tokenizer's vocabulary and merges (Hugging Face's ``tokenizers`` model,
+    alphabet; a word tokenizer's words (``qkv.data.WordTokenizer``: text split at whitespace,
+    as Python's ``str.split`` does); a BPE tokenizer's vocabulary and merges (Hugging Face's ``tokenizers`` model,
     metaspace or byte-level).  Raises InputError for any other tokenizer."""
     kind = getattr(tokenizer, "kind", None)
     specials = list(SPECIAL_TOKENS)
     if kind == "char":
         return {"kind": "char", "alphabet": list(tokenizer.alphabet), "specials": specials}
+    if kind == "words" and hasattr(tokenizer, "words"):
+        return {"kind": "words", "words": list(tokenizer.words), "specials": specials}
     if kind in ("bpe", "bytebpe") and hasattr(tokenizer, "_state"):
         state = tokenizer._state()["tokenizer"]  # what Tokenizer.save writes: HF's JSON
         model = state["model"]
@@ -92,8 +95,8 @@ def tokenizer_spec(tokenizer: Any) -> dict[str, Any]:
             "specials": specials,
         }
     raise InputError(
-        f"a live page types text through the model's tokenizer in JavaScript; qkv's char, bpe "
-        f"and bytebpe tokenizers run there, not {type(tokenizer).__name__}: write a static "
+        f"a live page types text through the model's tokenizer in JavaScript; qkv's char, words, "
+        f"bpe and bytebpe tokenizers run there, not {type(tokenizer).__name__}: write a static "
         "page (without --live)"
     )
 

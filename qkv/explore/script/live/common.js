@@ -79,8 +79,21 @@ function makeTokenizer(spec) {
       decode: (list) => list.filter((i) => i >= first).map((i) => spec.alphabet[i - first]).join(""),
     };
   }
+  if (spec.kind === "words") {
+    const ids = new Map(spec.words.map((word, i) => [word, i + first]));
+    const word = (i) => (i < first ? specials[i] : spec.words[i - first]);
+    return {
+      encode: (text) => text.split(PY_WHITESPACE).filter((w) => w.length).map((w) => ids.get(w) ?? unknown),
+      tokens: (list) => list.map(word),
+      decode: (list) => list.filter((i) => i >= first).map(word).join(" "),
+    };
+  }
   return bpeTokenizer(spec);
 }
+
+/** The characters Python's str.split() splits at (JavaScript's \s differs: it has U+FEFF,
+    not U+001C..U+001F or U+0085), so a word tokenizer's words are the library's. */
+const PY_WHITESPACE = /[\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/;
 
 /** Byte-pair encoding as Hugging Face's BPE model runs it: each word split into its symbols,
     then the pair of adjacent symbols with the lowest merge rank merged, until none is left.
