@@ -97,6 +97,7 @@ CANDIDATES: dict[str, Candidate] = {
     "+ untied output": Candidate(ADAMW, model={"tie_embeddings": False}),
     "+ windows (16, SSSL)": Candidate((*ADAMW, "--window", "16", "--window-pattern", "SSSL")),
     "+ Muon (the default)": Candidate(),
+    "+ Muon + RoPE": Candidate(("--positions", "rope")),
     "llama (RMSNorm, SwiGLU, RoPE, untied)": Candidate((*ADAMW, "--arch", "llama")),
     "nanochat (RoPE, QK-norm, ReLU², untied, soft-cap)": Candidate((*ADAMW, "--arch", "nanochat")),
     "nanochat + Muon": Candidate(("--arch", "nanochat")),
