@@ -30,6 +30,7 @@ import qkv.training.validation as validation_module
 from qkv.cli.main import main as qkv_main
 from qkv.data.batching import TokenBatchSampler
 from qkv.training import TrainConfig
+from qkv.training.optimizer import MuonAdamW
 from qkv.training.progress import ProgressBar
 from qkv.training.step import TrainStep
 
@@ -249,14 +250,29 @@ def same_optimizer(
     weight decay, betas) over ``copied``'s parameters, ``copied`` being a deep copy of
     ``model``."""
     twin = dict(zip(map(id, model.parameters()), copied.parameters(), strict=True))
-    groups = [
-        {
-            **{k: v for k, v in group.items() if k != "params"},
-            "params": [twin[id(p)] for p in group["params"]],
-        }
-        for group in optimizer.param_groups
-    ]
-    return type(optimizer)(groups)
+
+    def groups_of(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+        return [
+            {
+                **{k: v for k, v in group.items() if k != "params"},
+                "params": [twin[id(p)] for p in group["params"]],
+            }
+            for group in optimizer.param_groups
+        ]
+
+    if isinstance(optimizer, MuonAdamW):  # its two optimizers, each with its own groups
+        muon = optimizer.muon.param_groups[0]
+        adamw = optimizer.adamw.param_groups[0]
+        hidden = [p for group in groups_of(optimizer.muon) for p in group["params"]]
+        return MuonAdamW(
+            hidden,
+            groups_of(optimizer.adamw),
+            lr=muon["lr"],
+            betas=adamw["betas"],
+            weight_decay=muon["weight_decay"],
+            momentum=muon["momentum"],
+        )
+    return type(optimizer)(groups_of(optimizer))
 
 
 def breakdown_rows(run: dict[str, Any]) -> list[list[object]]:
