@@ -4,6 +4,11 @@ computed by qkv: the model is loaded with ``from_pretrained(folder, attn_impleme
 ``output_attentions=True``, so every attention layer that goes through transformers'
 ``AttentionInterface`` returns the weights qkv computed once.
 
+One concept, one module (about 880 lines): reading a transformers folder for the explorer --
+loading it, finding its kind, capturing its attention through the "qkv" implementation and
+turning it into the explorer's views -- which its four kinds of page share; split, each
+part would reach back into the others' loading and capture.
+
 The folder's family decides the page (each a small wrapper class, so that the explorer's
 registry finds its adapter as it finds qkv's own models):
 

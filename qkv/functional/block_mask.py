@@ -244,8 +244,9 @@ class BlockMask:
         ``step.seq_lengths = (1, KV_LEN)`` and ``step.mask_mod`` to the original's shifted
         to ``position`` (the sliced mask's mask_mod raises until then)."""
         if self.dq_kv_order is not None:
-            raise NotImplementedError(
-                "a BlockMask with a tensor dq_kv_order cannot be sliced; build it again"
+            raise InputError(
+                "a BlockMask with a tensor dq_kv_order cannot be sliced: build it again with "
+                "create_block_mask for the shape you need"
             )
         index = index if isinstance(index, tuple) else (index,)
         if len(index) > 3:
@@ -281,8 +282,9 @@ class BlockMask:
         blocks of the upper-left corner, the same mask_mod -- right for masks that do not
         depend on the lengths (causal, a window), as PyTorch's."""
         if self.dq_kv_order is not None:
-            raise NotImplementedError(
-                "a BlockMask with a tensor dq_kv_order cannot be adjusted; build it again"
+            raise InputError(
+                "a BlockMask with a tensor dq_kv_order cannot be adjusted: build it again with "
+                "create_block_mask for the shape you need"
             )
         bq, bk = self.BLOCK_SIZE
         rows, cols = -(-new_q_len // bq), -(-new_kv_len // bk)

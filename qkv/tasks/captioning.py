@@ -1,5 +1,8 @@
 """Training an image captioner: data -> word vocabulary -> Show, Attend and Tell -> the trainer.
 
+One concept, one module (about 420 lines): the captioning task's parts of the training
+skeleton, from its setup and sources to the batches the trainer takes, read top to bottom.
+
 The data is either the generated shapes scenes (``data="shapes"``, no download) or a
 Karpathy-split JSON (Flickr8k, Flickr30k, COCO) with its pictures in an images folder.
 Whatever the source, images reach the model as (3, image_size, image_size) floats in [0, 1]

@@ -1,6 +1,9 @@
 """Training and scoring classifiers: pictures (Fashion-MNIST, the scenes' colour + shape, a
 folder of class subfolders) and clips (one label per clip, or one per frame).
 
+One concept, one module (about 400 lines): the classifier task's setup, data, batches and
+scores, shared by pictures and clips, which differ only in the frames a source holds.
+
 Batches follow the trainer's format (``qkv.models.classifier``): source (B, C, S, S) floats
 in [0, 1] for pictures, (B, T, C, S, S) for clips padded with ``PAD_FRAME`` frames; target
 ``<s>`` then the label id(s) (class + 1), padded with ``<pad>``.  The token budget
