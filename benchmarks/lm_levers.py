@@ -3,6 +3,7 @@ architectures and options against nanoGPT's CPU recipe stretched to the same min
 
     python -m benchmarks.lm_levers                       # speeds, then every candidate x 3 seeds
     python -m benchmarks.lm_levers --speed               # step-time ratios only (one process)
+    python -m benchmarks.lm_levers --speed --only "llama + Muon"   # those, the base and the peer
     python -m benchmarks.lm_levers --only llama --seeds 0 --steps 6774   # one run
 
 How a 6-minute race is run without needing 6 quiet minutes per run: a run's score depends on
@@ -71,8 +72,9 @@ class Candidate:
         flags = [flag for flag in self.flags if flag != "--optimizer" and flag not in OPTIMIZERS]
         for name, value in zip(flags[::2], flags[1::2], strict=True):
             fields[name.removeprefix("--").replace("-", "_")] = value
-        if "window" in fields:
-            fields["window"] = int(fields["window"])
+        for name in ("window", "num_kv_heads"):
+            if name in fields:
+                fields[name] = int(fields[name])
         return LMSetup(data="kjv", size="small", **fields)
 
     @property
@@ -101,12 +103,20 @@ CANDIDATES: dict[str, Candidate] = {
     "llama (RMSNorm, SwiGLU, RoPE, untied)": Candidate((*ADAMW, "--arch", "llama")),
     "nanochat (RoPE, QK-norm, ReLU², untied, soft-cap)": Candidate((*ADAMW, "--arch", "nanochat")),
     "nanochat + Muon": Candidate(("--arch", "nanochat")),
+    # the llama presets: llama's layout with the default's Muon, and what else was tried
+    "llama + Muon": Candidate(("--arch", "llama")),
+    "llama + Muon, 2 KV heads": Candidate(("--arch", "llama", "--num-kv-heads", "2")),
+    "llama + Muon, tied output": Candidate(("--arch", "llama"), model={"tie_embeddings": True}),
+    "llama + Muon, 6 layers": Candidate(("--arch", "llama"), model={"num_layers": 6}),
 }
 PEER = "nanoGPT's CPU recipe, stretched"
 
 
-def step_times(train_ids: torch.Tensor, vocab_size: int, rounds: int) -> dict[str, float]:
-    """Seconds per training step of every candidate and of the plain loop, interleaved."""
+def step_times(
+    train_ids: torch.Tensor, vocab_size: int, rounds: int, names: list[str] | None = None
+) -> dict[str, float]:
+    """Seconds per training step of the candidates ``names`` (default: all), the first
+    candidate (the base of the ratios) and the plain loop, interleaved."""
     from benchmarks.lm import PlainGPT
 
     recipe = NanoRecipe()
@@ -133,7 +143,10 @@ def step_times(train_ids: torch.Tensor, vocab_size: int, rounds: int) -> dict[st
         return run
 
     runs = {}
-    for name, candidate in CANDIDATES.items():
+    base = next(iter(CANDIDATES))
+    chosen = [base, *(name for name in names or CANDIDATES if name not in (base, PEER))]
+    for name in chosen:
+        candidate = CANDIDATES[name]
         model = DecoderLM(candidate.config(vocab_size))
         config = TrainConfig(lr=1e-4, betas=(0.9, 0.99), optimizer=candidate.optimizer)
         optimizer = make_optimizer(model, config)
@@ -195,7 +208,8 @@ def main() -> None:
     if args.speeds is not None:
         seconds = json.loads(args.speeds.read_text())["step_seconds"]
     elif args.steps is None:
-        seconds = step_times(train_ids, tokenizer.vocab_size, args.rounds)
+        names = args.only if args.speed else None
+        seconds = step_times(train_ids, tokenizer.vocab_size, args.rounds, names)
     else:
         seconds = {}
     if seconds:
