@@ -73,7 +73,8 @@ def save_dual(root: Path, name: str) -> Path:
     config, model, processor = _models()[name]
     folder = root / name
     end = save_text_tokenizer(folder)
-    text = dict(vocab_size=VOCAB + 8, hidden_size=32, max_position_embeddings=40, **LAYERS)
+    text = dict(vocab_size=VOCAB + 8, hidden_size=32, max_position_embeddings=40, **LAYERS,
+                pad_token_id=0, bos_token_id=1)  # fmt: skip
     vision = dict(hidden_size=32, image_size=32, patch_size=8, **LAYERS)
     torch.manual_seed(0)
     hf = model(config(text_config={**text, "eos_token_id": end}, vision_config=vision))
