@@ -544,16 +544,6 @@ def test_generation_past_the_learned_positions_is_refused(folders):
     assert len(data["inputs"][0]["views"][1]["query_tokens"]) <= 64  # the default fits
 
 
-def test_a_text_and_vision_pair_is_refused_with_the_fix(tmp_path):
-    vision = dict(hidden_size=32, image_size=32, patch_size=8, **LAYERS)
-    text = dict(vocab_size=VOCAB, hidden_size=32, **LAYERS)
-    config = transformers.CLIPConfig(text_config=text, vision_config=vision)
-    transformers.CLIPModel(config).save_pretrained(tmp_path)
-    with pytest.raises(InputError, match="text and a vision tower.*CLIPVisionModel") as error:
-        load_folder(tmp_path)
-    one_line(error)
-
-
 def test_an_image_for_a_text_model_and_text_for_a_vision_model_are_refused(folders):
     text = load_folder(folders["roberta"])
     with pytest.raises(InputError, match="is an image; RobertaModel reads text"):

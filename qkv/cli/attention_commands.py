@@ -21,7 +21,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "named by its view (e.g. decoder.layer0, cross.layer1, self.layer2: (H, Tq, Tk)), "
         "with the tokens as `tokens` (and `source_tokens` for a translator). A pretrained "
         "folder read via transformers writes each of its attentions (encoder, decoder, "
-        "cross for an encoder-decoder; a vision model's patches, given an image file)."
+        "cross for an encoder-decoder; a vision model's patches, given an image file; a dual "
+        "encoder such as CLIP: the text tower's, given a text, or the vision tower's, given an "
+        "image file)."
         "\n\nexample:\n"
         '  qkv attention --checkpoint qkv-demo "Tuesday, March 3, 1998" --out alignment.png '
         "--layer 1 --head 0\n"
@@ -32,7 +34,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_model_options(attention)
     attention.add_argument(
         "sentence",
-        help="the source sentence (a language model: the text; a vision folder: an image file)",
+        help="the source sentence (a language model: the text; a vision folder: an image "
+        "file; a dual encoder: a text or an image file)",
     )
     attention.add_argument(
         "--target",

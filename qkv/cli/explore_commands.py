@@ -22,7 +22,9 @@ EXAMPLE = (
     '  qkv explore --checkpoint runs/lm "And God said" --generate 20 --seed 1 --out lm.html\n'
     '  qkv explore --checkpoint qkv-demo "3/4/01" --live --out live.html   # type your own dates\n'
     '  qkv explore --pretrained ~/models/bart-base "The cat sat." --target "Le chat." --out b.html\n'
-    "  qkv explore --pretrained ~/models/vit-base-patch16-224 cat.jpg --out vit.html"
+    "  qkv explore --pretrained ~/models/vit-base-patch16-224 cat.jpg --out vit.html\n"
+    '  qkv explore --pretrained ~/models/clip-vit-base-patch32 cat.jpg dog.jpg "a photo of a cat" '
+    '"a photo of a dog" --out clip.html   # every image against every text'
 )
 
 
@@ -48,8 +50,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "inputs",
         nargs="*",
         help="sentences (translators), prompts (language models) or image files "
-        "(captioners, image classifiers, vision folders); "
-        "default: one per line on stdin",
+        "(captioners, image classifiers, vision folders); a dual-encoder folder (CLIP, "
+        "SigLIP) takes texts and image files together, at least one of each: the page has an "
+        "entry per input with its tower's self-attention, and compares every image with every "
+        "text (each image's softmax over the texts); default: one per line on stdin",
     )
     explore.add_argument(
         "--test",
@@ -119,7 +123,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "any other text or vision model whose attention goes through transformers' "
         "attention interface (RoBERTa, ModernBERT, Gemma, BART, T5, ViT, ...) is loaded by "
         "transformers with attn_implementation='qkv' (needs pip install -e '.[hf]'); a "
-        "vision model takes image files as its inputs",
+        "vision model takes image files as its inputs, a dual encoder (a whole CLIP or "
+        "SigLIP) texts and image files together",
     )
     parser.add_argument(
         "--via",

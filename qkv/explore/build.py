@@ -3,7 +3,8 @@ data of the explorer page (its schema is documented in docs/explorer.md).
 
 What a page holds for each model family is its adapter's (``qkv.explore.registry``): the
 translators and the captioner in ``decoders``, the classifiers in ``classifiers``, the
-language models in ``language``.
+language models in ``language``, folders read by transformers in ``transformers_folders``
+and ``dual_encoders``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from qkv.errors import InputError
 from . import (  # noqa: F401  (register adapters)
     classifiers,
     decoders,
+    dual_encoders,
     language,
     pretrained,
     transformers_folders,
@@ -59,7 +61,9 @@ def explore(
     inputs: source sentences (str, or lists of token ids) for a translator; images
         (3, H, W) floats in [0, 1] for a captioner; pictures (C, S, S) for an image
         classifier; clips (T, C, S, S) for a clip classifier or a frame tagger; prompts
-        (str, or lists of token ids) for a language model.
+        (str, or lists of token ids) for a language model; texts and image files together
+        for a dual encoder read via transformers (CLIP, SigLIP: every image against every
+        text, one page entry per input; ``qkv.explore.dual_encoders``).
     tokenizer: the translator's tokenizer (``encode``/``tokens``) or the captioner's word
         vocabulary, to label the tokens.
     classes: a classifier's class names (a list of str given as ``tokenizer`` is read as

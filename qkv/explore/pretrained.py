@@ -26,9 +26,8 @@ from qkv.errors import CheckpointError, InputError, MissingFileError
 from qkv.pretrained import FolderTokenizer
 
 from .registry import ExplorerAdapter, ExploreRequest, register_explorer
-from .summaries import attention_rollout, head_summary, quantize
 from .vectors import stored_vectors
-from .views import attention_view, decoded_text, model_device
+from .views import decoded_text, model_device, self_attention_entry
 
 __all__ = ["FolderTokenizer", "LoadedFolder", "load_folder", "EncoderAdapter", "ARCHITECTURES"]
 
@@ -146,22 +145,8 @@ class EncoderAdapter(ExplorerAdapter):
                 modules, request.vectors, self.text_attention, model, tokenizer, text, index
             )
             tokens = tokenizer.tokens(ids)
-            title = "encoder self-attention"
-            view = attention_view("encoder", title, tokens, tokens, "source", "source", layers)
-            for entry, rollout in zip(view["layers"], attention_rollout(layers), strict=True):
-                entry["rollout"] = quantize(rollout)
-                entry["rollout_summary"] = head_summary(rollout, self_attention=True)
-            view.update(causal=False, vectors=vectors)
-            pages.append(
-                {
-                    "name": text,
-                    "source": text,
-                    "source_tokens": tokens,
-                    "output": decoded_text(tokenizer, ids),
-                    "output_tokens": [],
-                    "views": [view],
-                }
-            )
+            output = decoded_text(tokenizer, ids)
+            pages.append(self_attention_entry(text, tokens, layers, vectors=vectors, output=output))
         return pages
 
 

@@ -4,10 +4,11 @@ computed by qkv: the model is loaded with ``from_pretrained(folder, attn_impleme
 ``output_attentions=True``, so every attention layer that goes through transformers'
 ``AttentionInterface`` returns the weights qkv computed once.
 
-One concept, one module (about 880 lines): reading a transformers folder for the explorer --
+One concept, one module (about 900 lines): reading a transformers folder for the explorer --
 loading it, finding its kind, capturing its attention through the "qkv" implementation and
-turning it into the explorer's views -- which its four kinds of page share; split, each
-part would reach back into the others' loading and capture.
+turning it into the explorer's views -- which its kinds of page share; split, each part
+would reach back into the others' loading and capture.  The dual encoders' page (CLIP,
+SigLIP: two towers and their similarity) builds on these parts in ``dual_encoders``.
 
 The folder's family decides the page (each a small wrapper class, so that the explorer's
 registry finds its adapter as it finds qkv's own models):
@@ -23,9 +24,12 @@ registry finds its adapter as it finds qkv's own models):
   causal self-attention and the decoder -> encoder cross-attention as three views, the
   decoder reading its greedy (or beam) output of the source, or the text given
   (``targets``).
-- **vision** (ViT, DeiT, the vision tower of CLIP, ...): an image file per input, prepared by
+- **vision** (ViT, DeiT, CLIP's vision model, ...): an image file per input, prepared by
   the folder's ``AutoImageProcessor``; the patches' self-attention, drawn over the picture
   the model saw (each query patch's weights over the patch grid).
+- **dual encoder** (a whole CLIP, SigLIP, ...: transformers' zero-shot image classification
+  models): texts and image files together, each tower's self-attention on its own inputs
+  and the similarity of every image to every text (``qkv.explore.dual_encoders``).
 
 transformers is imported only when such a folder is opened (``pip install -e ".[hf]"``).
 """
@@ -46,9 +50,16 @@ from qkv.errors import CheckpointError, InputError, QkvError
 from .compact import DENSE_TOKENS, compact_view, kept_keys
 from .language import INDUCTION_LENGTH
 from .registry import ExplorerAdapter, ExploreRequest, register_explorer
-from .summaries import attention_rollout, head_summary, quantize
 from .vectors import page_vectors
-from .views import VIEW_TITLES, attention_view, decoded_text, png_data_uri
+from .views import (
+    VIEW_TITLES,
+    attention_view,
+    decoded_text,
+    png_data_uri,
+    self_attention_entry,
+    seq2seq_views,
+    with_rollout,
+)
 
 __all__ = [
     "TransformersFolder",
@@ -56,6 +67,7 @@ __all__ = [
     "load_transformers_folder",
     "folder_attention",
     "IMAGE_SUFFIXES",
+    "image_entry",
 ]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -63,7 +75,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".ti
 SUPPORTED = (
     "text and vision models whose attention layers call transformers' attention interface "
     "(e.g. BERT, RoBERTa, ModernBERT, GPT-2, Llama, Qwen2, Mistral, Gemma 2/3, BART, T5, "
-    "ViT, CLIP's vision model)"
+    "ViT, CLIP and SigLIP)"
 )
 #: How far the page's weights, computed from float16 q and k, may differ from the model's
 #: before a long input is refused (the rounding alone stays near 1e-3).
@@ -85,6 +97,10 @@ class TransformersFolder(nn.Module):
     def implementation(self) -> str:
         return f"transformers {self.architecture} through qkv's attention"
 
+    def text_tower(self) -> nn.Module:
+        """The part of the model that reads the tokens (its learned positions limit them)."""
+        return self.hf
+
 
 class TransformersEncoder(TransformersFolder):
     family = "encoder"
@@ -100,6 +116,16 @@ class TransformersSeq2Seq(TransformersFolder):
 
 class TransformersVision(TransformersFolder):
     family = "vision"
+
+
+class TransformersDualEncoder(TransformersFolder):
+    """A text tower and a vision tower whose embeddings the model compares (CLIP, SigLIP):
+    its tokenizer reads the texts, ``processor`` (the AutoImageProcessor) the images."""
+
+    family = "dual-encoder"
+
+    def text_tower(self) -> nn.Module:
+        return getattr(self.hf, "text_model", self.hf)
 
 
 class TextTokenizer:
@@ -138,11 +164,12 @@ def load_transformers_folder(folder: Path, *, device: str | torch.device = "cpu"
     """The folder's model as a :class:`TransformersFolder` on ``device``, its tokenizer
     (None for a vision model, whose processor the model holds) and its end tokens, or one
     clear error: no transformers, a folder it cannot load, attention that bypasses the
-    interface, a text-and-vision pair.
+    interface, a text-and-vision model that is not a dual encoder.
 
     The family comes from transformers' own tables: an encoder-decoder config, a causal-LM
-    architecture that is not also a masked LM (a decoder), else ``AutoModel`` (a vision
-    model where its input is ``pixel_values``, an encoder otherwise)."""
+    architecture that is not also a masked LM (a decoder), a zero-shot image classifier (a
+    dual encoder), else ``AutoModel`` (a vision model where its input is ``pixel_values``,
+    an encoder otherwise)."""
     from qkv.integrations.transformers import NAME, check_model, register
 
     register()  # raises MissingDependencyError (how to install the extra) without it
@@ -164,12 +191,14 @@ def load_transformers_folder(folder: Path, *, device: str | torch.device = "cpu"
         model_type not in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
     ):
         auto, wrapper = transformers.AutoModelForCausalLM, TransformersDecoder
+    elif model_type in modeling_auto.MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES:
+        auto, wrapper = transformers.AutoModel, TransformersDualEncoder
     elif hasattr(config, "vision_config") and hasattr(config, "text_config"):
         raise InputError(
-            f"{folder} holds a {model_type!r} model with a text and a vision tower; the "
-            "explorer reads one model: save its vision model (e.g. CLIPVisionModel."
-            "from_pretrained(folder).save_pretrained(out), with the image processor) and "
-            "open that"
+            f"{folder} holds a {model_type!r} model with a text and a vision tower that is "
+            "not a dual encoder (CLIP, SigLIP, ...); the explorer reads its vision model: "
+            "save that tower (e.g. model.vision_model.save_pretrained(out)) with the image "
+            "processor, and open it"
         )
     else:
         auto, wrapper = transformers.AutoModel, None
@@ -185,14 +214,15 @@ def load_transformers_folder(folder: Path, *, device: str | torch.device = "cpu"
             else TransformersEncoder
         )
     architecture = type(hf).__name__
-    if wrapper is TransformersVision:
+    processor = None
+    if wrapper in (TransformersVision, TransformersDualEncoder):
         processor = _quietly(
             transformers.AutoImageProcessor.from_pretrained, folder, what="its image processor"
         )
-        model = wrapper(hf, architecture=architecture, processor=processor)
-        return model.to(device).eval(), None, ()
+    model = wrapper(hf, architecture=architecture, processor=processor).to(device).eval()
+    if wrapper is TransformersVision:
+        return model, None, ()
     tokenizer = _quietly(transformers.AutoTokenizer.from_pretrained, folder, what="its tokenizer")
-    model = wrapper(hf, architecture=architecture).to(device).eval()
     return model, TextTokenizer(tokenizer), eos_ids(model)
 
 
@@ -227,19 +257,22 @@ def eos_ids(model: TransformersFolder) -> tuple[int, ...]:
 @dataclass
 class Call:
     """One call of the attention interface: the layer's heads (one sequence; None where not
-    kept) and scale.  Shapes: query (H, Tq, Dh); key, value (Hkv, Tk, Dh)."""
+    kept), scale and attention module.  Shapes: query (H, Tq, Dh); key, value (Hkv, Tk, Dh);
+    with ``caught_calls(whole=True)`` a batch dimension first."""
 
     query: Tensor | None
     key: Tensor | None
     value: Tensor | None
     scale: float
     modified: bool  # soft-capping, sinks or a learned bias: not softmax(q.k * scale) alone
+    module: nn.Module | None = None
 
 
 @contextlib.contextmanager
-def caught_calls(keep: str = "qkv") -> Iterator[list[Call]]:
+def caught_calls(keep: str = "qkv", *, whole: bool = False) -> Iterator[list[Call]]:
     """Every call of ``attn_implementation="qkv"`` while the block runs, in call order,
-    holding the tensors ``keep`` names ("q", "k", "v"; a long input's would fill memory)."""
+    holding the tensors ``keep`` names ("q", "k", "v"; a long input's would fill memory) of
+    the batch's first sequence, or (``whole``) of the whole batch."""
     from transformers import AttentionInterface
 
     from qkv.integrations.transformers import NAME, attention_forward
@@ -254,10 +287,10 @@ def caught_calls(keep: str = "qkv") -> Iterator[list[Call]]:
             kwargs.get(name) is not None for name in ("softcap", "s_aux", "sinks", "position_bias")
         ) or (isinstance(attention_mask, Tensor) and attention_mask.is_floating_point())
         heads = [
-            t[0].detach().float().cpu() if name in keep else None
+            (t if whole else t[0]).detach().float().cpu() if name in keep else None
             for name, t in zip("qkv", (query, key, value), strict=True)
         ]
-        calls.append(Call(*heads, scale, modified))
+        calls.append(Call(*heads, scale, modified, module))
         return (previous or attention_forward)(
             module, query, key, value, attention_mask, scaling=scaling, **kwargs
         )
@@ -270,14 +303,15 @@ def caught_calls(keep: str = "qkv") -> Iterator[list[Call]]:
             AttentionInterface.register(NAME, previous)
 
 
-def _layers(weights, what: str) -> list[Tensor]:
-    """transformers' per-layer (1, H, Tq, Tk) weights as (H, Tq, Tk) float32 on the CPU."""
+def _layers(weights, what: str, item: int = 0) -> list[Tensor]:
+    """transformers' per-layer (B, H, Tq, Tk) weights of the batch's ``item`` as (H, Tq, Tk)
+    float32 on the CPU."""
     if not weights or any(w is None for w in weights):
         raise InputError(
             f"the model returned no {what} weights with output_attentions=True: its attention "
             "layers do not report them through the interface"
         )
-    return [w[0].detach().float().cpu() for w in weights]
+    return [w[item].detach().float().cpu() for w in weights]
 
 
 @torch.no_grad()
@@ -446,7 +480,7 @@ def _position_limit(model: TransformersFolder) -> int | None:
     """The most tokens a learned table of absolute positions allows (BERT, RoBERTa, GPT-2,
     OPT), None where positions are rotary or relative and have no table to run out of."""
     limits = []
-    for name, module in model.hf.named_modules():
+    for name, module in model.text_tower().named_modules():
         if not isinstance(module, nn.Embedding) or not ("position" in name or name.endswith("wpe")):
             continue
         # RoBERTa's positions start after its padding index, OPT's after an offset of 2
@@ -483,13 +517,6 @@ def compact_or_why(name, title, tokens, layers, calls, *, causal: bool, windows=
     return view, None
 
 
-def _with_rollout(view: dict, layers: list[Tensor]) -> dict:
-    for entry, rollout in zip(view["layers"], attention_rollout(layers), strict=True):
-        entry["rollout"] = quantize(rollout)
-        entry["rollout_summary"] = head_summary(rollout, self_attention=True)
-    return view
-
-
 class EncoderFolderAdapter(TransformersAdapter):
     """A text encoder: bidirectional self-attention on each text."""
 
@@ -505,25 +532,16 @@ class EncoderFolderAdapter(TransformersAdapter):
             ids = self.ids(model, tokenizer, text, index)
             layers, calls = run_text(model, ids, _keep(request, len(ids)))
             tokens = tokenizer.tokens(ids)
-            title = VIEW_TITLES["encoder"]
             view = None
             if len(tokens) > DENSE_TOKENS:  # q and k where they give the weights, as for LMs
-                view, why_not = compact_or_why("encoder", title, tokens, layers, calls,
-                                               causal=False)  # fmt: skip
-            if view is None:  # short, or weights q and k do not give: every weight (as BERT's)
-                view = attention_view("encoder", title, tokens, tokens, "source", "source", layers)
-                _with_rollout(view, layers)
-            view.update(causal=False, vectors=_stored(calls, layers, request.vectors, causal=False))
-            pages.append(
-                {
-                    "name": text,
-                    "source": text,
-                    "source_tokens": tokens,
-                    "output": decoded_text(tokenizer, ids),
-                    "output_tokens": [],
-                    "views": [view],
-                }
-            )
+                view, why_not = compact_or_why("encoder", VIEW_TITLES["encoder"], tokens,
+                                               layers, calls, causal=False)  # fmt: skip
+            # short, or weights q and k do not give (view None): every weight, as BERT's
+            vectors = _stored(calls, layers, request.vectors, causal=False)
+            output = decoded_text(tokenizer, ids)
+            entry = self_attention_entry(text, tokens, layers, vectors=vectors, output=output,
+                                         view=view)  # fmt: skip
+            pages.append(entry)
         return pages
 
 
@@ -572,8 +590,9 @@ class DecoderFolderAdapter(TransformersAdapter):
                     f"explore at most {DENSE_TOKENS} tokens"
                 )
         else:
-            view = attention_view("self", title, tokens, tokens, "source", "source", layers)
-            _with_rollout(view, layers)
+            view = with_rollout(
+                attention_view("self", title, tokens, tokens, "source", "source", layers), layers
+            )
         for entry, scores in zip(view["layers"], induction, strict=True):
             for summary, score in zip(entry["summaries"], scores, strict=True):
                 summary["induction"] = round(float(score), 4)
@@ -732,22 +751,12 @@ class Seq2SeqFolderAdapter(TransformersAdapter):
         inputs = tokenizer.tokens(target)
         end = tokenizer.tokens([model.hf.config.eos_token_id])[0] if finished else "\u2026"
         produced = [*inputs[1:], end]
-        sides = {
-            "encoder": (source_tokens, source_tokens, "source", "source"),
-            "decoder": (inputs, inputs, "target", "target"),
-            "cross": (produced, source_tokens, "target", "source"),
-        }
-        views = []
-        for name, (queries, keys, query_side, key_side) in sides.items():
-            layers = attention[name]
-            view = attention_view(name, VIEW_TITLES[name], queries, keys, query_side, key_side,
-                                  layers)  # fmt: skip
-            if name == "encoder":
-                _with_rollout(view, layers)
+
+        def vectors_of(name, layers):
             causal = name == "decoder"
-            found = calls.get(name, ())
-            view.update(causal=causal, vectors=_stored(found, layers, vectors, causal=causal))
-            views.append(view)
+            return _stored(calls.get(name, ()), layers, vectors, causal=causal)
+
+        views = seq2seq_views(attention, source_tokens, inputs, produced, vectors_of)
         return {
             "name": text,
             "source": text,
@@ -767,7 +776,7 @@ class VisionFolderAdapter(TransformersAdapter):
         facts = super().facts(model)
         facts.pop("kv_heads", None)
         facts.pop("positions", None)
-        facts["patch"] = getattr(model.hf.config, "patch_size", None)
+        facts["patch"] = patch_size(model)
         return facts
 
     def prepared(self, model, item, index: int) -> tuple[Tensor, Tensor]:
@@ -802,33 +811,42 @@ class VisionFolderAdapter(TransformersAdapter):
         for index, item in enumerate(inputs):
             pixels, seen = self.prepared(model, item, index)
             layers, calls = run_image(model, pixels, "qkv" if request.vectors else "")
-            tokens, grid = patch_labels(model, pixels, layers[0].shape[-1])
-            view = attention_view("self", "patch self-attention", tokens, tokens, "source",
-                                  "source", layers)  # fmt: skip
-            view.update(causal=False, vectors=_stored(calls, layers, request.vectors, causal=False))
-            page = {
-                "name": Path(str(item)).name,
-                "source": Path(str(item)).name,
-                "source_tokens": tokens,
-                "output": "",
-                "output_tokens": [],
-                "views": [_with_rollout(view, layers)],
-            }
-            if grid is not None:
-                page["image"] = {
-                    "png": png_data_uri(seen),
-                    "grid": list(grid),
-                    "offset": len(tokens) - grid[0] * grid[1],
-                }
-            pages.append(page)
+            vectors = _stored(calls, layers, request.vectors, causal=False)
+            pages.append(image_entry(model, item, pixels, seen, layers, vectors))
         return pages
+
+
+def image_entry(
+    model, item, pixels: Tensor, seen: Tensor, layers, vectors, *, name="self",
+    title="patch self-attention",
+) -> dict[str, Any]:  # fmt: skip
+    """The page's entry of one image file: its tokens' self-attention (``name``, ``title``)
+    and, where the tokens are a grid of patches, the picture to draw each query's weights
+    over.  Shapes: pixels (1, C, H, W) as the model read them; seen (3, H, W) in [0, 1];
+    layers, per layer (H, T, T)."""
+    tokens, grid = patch_labels(model, pixels, layers[0].shape[-1])
+    file = Path(str(item)).name
+    page = self_attention_entry(file, tokens, layers, name=name, title=title, vectors=vectors)
+    if grid is not None:
+        page["image"] = {
+            "png": png_data_uri(seen),
+            "grid": list(grid),
+            "offset": len(tokens) - grid[0] * grid[1],
+        }
+    return page
+
+
+def patch_size(model: TransformersFolder) -> int | None:
+    """The side of the vision model's (or tower's) square patches in pixels, None if none."""
+    config = getattr(model.hf.config, "vision_config", None) or model.hf.config
+    patch = getattr(config, "patch_size", None)
+    return patch[0] if isinstance(patch, (list, tuple)) else patch
 
 
 def patch_labels(model, pixels: Tensor, count: int):
     """The tokens' labels (the leading ones "[CLS]" and such, then "(row, col)" per patch)
     and the patch grid (rows, columns), None where the tokens are not one per patch."""
-    patch = getattr(model.hf.config, "patch_size", None)
-    patch = patch[0] if isinstance(patch, (list, tuple)) else patch
+    patch = patch_size(model)
     if not patch:
         return [str(i) for i in range(count)], None
     rows, cols = pixels.shape[-2] // patch, pixels.shape[-1] // patch

@@ -26,6 +26,9 @@ __all__ = [
     "model_device",
     "attention_view",
     "transformer_views",
+    "seq2seq_views",
+    "with_rollout",
+    "self_attention_entry",
     "alignment_view",
     "token_labels",
     "decoded_text",
@@ -59,6 +62,24 @@ def transformer_views(
         attention = teacher_forced_attention(model, source, target_input)
     inputs = ["<s>", *token_labels(tokenizer, best.ids)]
     produced = [*inputs[1:], _end_label(best)]
+    count = {name: len(found) for name, found in modules.items()}
+    return seq2seq_views(
+        attention,
+        source_tokens,
+        inputs,
+        produced,
+        lambda name, layers: stored_from(caught[name], vectors, count[name]),
+    )
+
+
+def seq2seq_views(attention, source_tokens, inputs, produced, vectors_of) -> list[dict]:
+    """The encoder's self-, the decoder's causal self- and the cross-attention views of one
+    decoded text, in that order, the encoder's with its rollout per layer.
+
+    attention: {"encoder", "decoder", "cross": per layer (H, Tq, Tk) weights}.
+    inputs: the decoder's input labels (its start token first); produced: what each of
+        its steps predicted (the inputs after the start, then the end or "\u2026").
+    vectors_of: (view name, its layers) -> the view's stored q, k, v (``vectors``)."""
     sides = {
         "encoder": (source_tokens, source_tokens, "source", "source"),
         "decoder": (inputs, inputs, "target", "target"),
@@ -69,13 +90,47 @@ def transformer_views(
         layers = attention[name]
         view = attention_view(name, VIEW_TITLES[name], queries, keys, query_side, key_side, layers)
         if name == "encoder":
-            for layer, rollout in zip(view["layers"], attention_rollout(layers), strict=True):
-                layer["rollout"] = quantize(rollout)
-                layer["rollout_summary"] = head_summary(rollout, self_attention=True)
-        count = len(modules[name])
-        view.update(causal=name == "decoder", vectors=stored_from(caught[name], vectors, count))
+            with_rollout(view, layers)
+        view.update(causal=name == "decoder", vectors=vectors_of(name, layers))
         views.append(view)
     return views
+
+
+def with_rollout(view: dict, layers: Sequence[Tensor]) -> dict:
+    """``view`` with each layer's attention rollout (up to it) and its summary added."""
+    for entry, rollout in zip(view["layers"], attention_rollout(layers), strict=True):
+        entry["rollout"] = quantize(rollout)
+        entry["rollout_summary"] = head_summary(rollout, self_attention=True)
+    return view
+
+
+def self_attention_entry(
+    text: str,
+    tokens: Sequence[str],
+    layers: Sequence[Tensor],
+    *,
+    name: str = "encoder",
+    title: str = VIEW_TITLES["encoder"],
+    causal: bool = False,
+    vectors: dict | None = None,
+    output: str = "",
+    view: dict | None = None,
+) -> dict[str, Any]:
+    """The page's entry of one input with one self-attention view (an encoder's text, a
+    vision model's picture): every weight with the rollout, or the (compact) ``view`` given.
+    Shapes: layers, per layer (H, T, T) with T = len(tokens)."""
+    if view is None:
+        view = attention_view(name, title, tokens, tokens, "source", "source", layers)
+        with_rollout(view, layers)
+    view.update(causal=causal, vectors=vectors or {})
+    return {
+        "name": text,
+        "source": text,
+        "source_tokens": list(tokens),
+        "output": output,
+        "output_tokens": [],
+        "views": [view],
+    }
 
 
 def alignment_view(model, source, found: Decoded, key_tokens, tokenizer, kind="alignment"):

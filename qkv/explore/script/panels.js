@@ -44,6 +44,10 @@ function renderTokens(x, v) {
   if (steps && KIND.targetRow) rows.push([KIND.targetRow, "target", steps.query_tokens]);
   if (KIND.classifier) rows.push(["predicted", "predicted", x.output_tokens]);
   if (KIND.classifier && x.truth_tokens) rows.push(["true", "true", x.truth_tokens]);
+  // a dual encoder's input: its logit and softmax share against each input of the other tower
+  const sim = x.similarity;
+  if (sim) rows.push([sim.title, "similarity", sim.names.map((name, i) =>
+    `${short(name, 32)}: ${sim.probabilities[i].toFixed(3)} (logit ${sim.logits[i].toFixed(2)})`)]);
   $("tokens").replaceChildren(...rows.map(([label, side, tokens]) => {
     const row = document.createElement("div");
     row.className = "token-row";
