@@ -11,12 +11,13 @@ has one entry per input, in the order given:
 
 - an image's entry: the vision tower's self-attention (view ``vision``), each query patch's
   weights drawn over the picture the model saw, as on a vision model's page, and the
-  image's similarity to every text (``similarity``: the logits and their softmax over the
-  texts, the zero-shot classification the model makes); its ``output`` is the likeliest
-  text;
+  image's similarity to every text (``similarity``: the logits and the probabilities the
+  model's own training gives them -- CLIP's contrastive loss a softmax over the texts,
+  SigLIP's sigmoid loss each pair's sigmoid: :func:`pair_probabilities`); its ``output`` is
+  the likeliest text;
 - a text's entry: the text tower's self-attention (view ``text``) over the tokens of the
   folder's tokenizer, causal where the tower is (CLIP's: then shown as causal), and the
-  text's share of each image's softmax.
+  text's probability under each image.
 
 A dual encoder has no cross-attention: each tower reads only its own input, so an input's
 attention is the same whichever other inputs are given, and only the similarity pairs them.
@@ -164,8 +165,18 @@ def causal(layers: Sequence[Tensor]) -> bool:
     return all(bool((weights.triu(1) == 0).all()) for weights in layers)
 
 
+def pair_probabilities(hf: Any, logits: Tensor) -> tuple[Tensor, bool]:
+    """The probabilities a dual encoder's training gives its (images, texts) logits, and
+    whether they are a softmax over the texts: a model trained with SigLIP's sigmoid loss
+    (it has a ``logit_bias``) scores each pair on its own, sigmoid(logit); CLIP's contrastive
+    loss makes them a softmax over the texts (the zero-shot classification)."""
+    if getattr(hf, "logit_bias", None) is not None:
+        return logits.sigmoid(), False
+    return logits.softmax(dim=1), True
+
+
 def similarity(title: str, names: Sequence[str], logits: Tensor, shares: Tensor) -> dict:
-    """An entry's ``similarity``: per input of the other tower its logit and softmax share."""
+    """An entry's ``similarity``: per input of the other tower its logit and probability."""
     return {
         "title": title,
         "names": list(names),
@@ -245,7 +256,12 @@ class DualEncoderAdapter(VisionFolderAdapter):
         prepared = [self.prepared(model, item, index) for index, item in images]
         pixels = torch.cat([p for p, _ in prepared])
         run = run_dual(model, ids, pixels, "qkv" if request.vectors else "")
-        shares = run.logits.softmax(dim=1)  # (images, texts): each image's softmax over texts
+        shares, over_texts = pair_probabilities(model.hf, run.logits)  # (images, texts)
+        text_title, image_title = (
+            ("P(this text | image)", "P(text | this image)")
+            if over_texts
+            else ("P(match with image)", "P(match with text)")
+        )
         text_names = [text for _, text in texts]
         image_names = [Path(str(item)).name for _, item in images]
         entries: dict[int, dict[str, Any]] = {}
@@ -260,7 +276,7 @@ class DualEncoderAdapter(VisionFolderAdapter):
                 vectors=vectors, output=output,
             )  # fmt: skip
             entry["similarity"] = similarity(
-                "P(this text | image)", image_names, run.logits[:, j], shares[:, j]
+                text_title, image_names, run.logits[:, j], shares[:, j]
             )
             entries[index] = entry
         for i, (index, item) in enumerate(images):
@@ -270,9 +286,7 @@ class DualEncoderAdapter(VisionFolderAdapter):
                 model, item, pixel_values, seen, layers, vectors, name="vision", title=VISION_TITLE
             )
             entry["output"] = text_names[int(shares[i].argmax())]
-            entry["similarity"] = similarity(
-                "P(text | this image)", text_names, run.logits[i], shares[i]
-            )
+            entry["similarity"] = similarity(image_title, text_names, run.logits[i], shares[i])
             entries[index] = entry
         return [entries[index] for index in range(len(inputs))]
 
