@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from qkv.pretrained import PretrainedEncoder, PretrainedLM, load_pretrained
+from qkv.models import BertModel, DecoderLM, LoadedModel
+from qkv.pretrained import load_pretrained
 
 from .test_lm_gpt2 import VOCAB, save_random_gpt2
 
@@ -20,7 +21,8 @@ def test_gpt2_weights_equal_transformers_eager(tmp_path):
     reference.config._attn_implementation = "eager"  # noqa: SLF001 - eager returns weights
     (tmp_path / "tokenizer.json").write_text(_byte_tokenizer_json())
     loaded = load_pretrained(tmp_path)
-    assert isinstance(loaded, PretrainedLM) and loaded.family == "gpt2"
+    assert isinstance(loaded, LoadedModel) and isinstance(loaded.model, DecoderLM)
+    assert (loaded.model_type, loaded.name, loaded.folder) == ("gpt2", "GPT-2", True)
     ids = torch.randint(0, VOCAB, (2, 17), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         expected = reference(ids, output_attentions=True).attentions
@@ -36,7 +38,8 @@ def test_minilm_weights_equal_transformers_eager():
     )
     folder = Path(package.get_model_path())
     loaded = load_pretrained(folder)
-    assert isinstance(loaded, PretrainedEncoder) and loaded.family == "bert"
+    assert isinstance(loaded.model, BertModel) and not loaded.model.training
+    assert (loaded.model_type, loaded.name) == ("bert", "BERT")
     reference = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
     inputs = loaded.tokenizer(["我爱AI: attention is all you need.", "Hi"])
     with torch.no_grad():

@@ -9,11 +9,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..explore import explorer_of_type
+from ..models import LoadedModel
 from ..tasks.classifier import (
     CLASSIFIER,
     MODEL_TYPES,
     ClassifierSetup,
     classification_data,
+    classifier_checkpoint,
     evaluate_classifier,
     load_classifier,
 )
@@ -53,6 +55,14 @@ def score(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
     )
 
 
+def load(checkpoint: str | Path, /, *, device: str = "cpu") -> LoadedModel:
+    """A classifier's model (eval mode) with the setup it was trained with; it reads
+    pictures or clips, no text: no tokenizer."""
+    loaded, setup = classifier_checkpoint(checkpoint, device=device)
+    name = type(loaded.model).__name__
+    return LoadedModel(loaded.model, None, name, loaded.model_type, str(checkpoint), setup=setup)
+
+
 def view(checkpoint: str, inputs: Sequence[str], request: ViewRequest) -> ExplorerPage:
     """Picture files, or the first ``request.test`` test items with their true labels."""
     data = classifier_explorer_data(checkpoint, inputs, test=request.test, device=request.device)
@@ -85,6 +95,7 @@ FAMILY = Family(
     score=score,
     explorers={name: explorer_of_type(name) for name in _TYPES},
     view=view,
+    loader=load,
     commands={
         "image-classifier": "qkv classify --attention-out or qkv explore",
         "clip-classifier": "qkv classify --attention-out or qkv explore --test N",
