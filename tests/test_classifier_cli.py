@@ -10,6 +10,9 @@ from PIL import Image
 from qkv.cli.main import main
 from qkv.data.image_folders import read_image_folder, split_of
 from qkv.errors import DataError, MissingFileError
+from qkv.families import family_named
+from qkv.models import LoadedModel
+from qkv.tasks.classifier import ClassifierSetup
 
 
 def _folder(root, per_class=40):
@@ -77,6 +80,15 @@ def test_classify_scores_a_checkpoint_and_refuses_a_bad_limit(tmp_path, capsys):
     assert "accuracy:" in capsys.readouterr().out
     assert main(["classify", "--checkpoint", str(tmp_path / "run"), "--limit", "0"]) == 2
     assert "--limit 0" in capsys.readouterr().err
+    # the family's loader: the model in eval mode with its setup, and no tokenizer
+    loaded = family_named("classifier").loader(tmp_path / "run")
+    assert isinstance(loaded, LoadedModel) and loaded.model_type == "image-classifier"
+    assert loaded.tokenizer is None and not loaded.model.training
+    assert isinstance(loaded.setup, ClassifierSetup) and loaded.setup.feature_dim == 8
+    # `qkv generate` names the commands its family's record gives
+    assert main(["generate", "--checkpoint", str(tmp_path / "run"), "--prompt", "a"]) == 2
+    err = capsys.readouterr().err
+    assert "does not generate text; use qkv classify --attention-out or qkv explore" in err
 
 
 def test_a_bad_pool_is_one_clear_line(tmp_path, capsys):
