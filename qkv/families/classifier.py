@@ -58,9 +58,9 @@ def score(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
 def load(checkpoint: str | Path, /, *, device: str = "cpu") -> LoadedModel:
     """A classifier's model (eval mode) with the setup it was trained with; it reads
     pictures or clips, no text: no tokenizer."""
-    loaded, setup = classifier_checkpoint(checkpoint, device=device)
-    name = type(loaded.model).__name__
-    return LoadedModel(loaded.model, None, name, loaded.model_type, str(checkpoint), setup=setup)
+    found, setup = classifier_checkpoint(checkpoint, device=device)
+    name = type(found.model).__name__
+    return LoadedModel(found.model, None, name, found.model_type, str(checkpoint), setup=setup)
 
 
 def view(checkpoint: str, inputs: Sequence[str], request: ViewRequest) -> ExplorerPage:

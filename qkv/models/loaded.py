@@ -17,7 +17,7 @@ from torch import nn
 __all__ = ["LoadedModel"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # two loads of one checkpoint are two models
 class LoadedModel:
     """A loaded model, its tokenizer and what messages say of it.
 
