@@ -193,7 +193,10 @@ def _mistakes():
             "'transformer' model, which does not generate text; use qkv translate, qkv "
             "evaluate or qkv explore",
         ),
-        (["generate", "--checkpoint", "{run}", "--pretrained", "{root}"], "exactly one model"),
+        (
+            ["generate", "--checkpoint", "{run}", "--pretrained", "{root}", "--prompt", "a"],
+            "exactly one model",
+        ),
         (["curves", "--checkpoint", "/nonexistent/run", "--out", "{root}/c.png"], "nonexistent"),
     ]
 
