@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..explore import explorer_of_type
-from ..models import LoadedModel
 from ..tasks.classifier import (
     CLASSIFIER,
     MODEL_TYPES,
@@ -45,7 +44,8 @@ def train(
 
 def score(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
     """Accuracy (and, for clips, the occluded frames' and the marked frame's attention)."""
-    model, setup = load_classifier(checkpoint, device=request.device)
+    found, setup = classifier_checkpoint(checkpoint, device=request.device)
+    model = found.model
     if request.data is not None and request.data != setup.data:
         setup = dataclasses.replace(setup, data=request.data)
     split = request.split or "test"
@@ -53,14 +53,6 @@ def score(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
     return Evaluation(
         scores.as_dict(), [f"{setup.data} {split}", *describe_classifier_scores(scores)]
     )
-
-
-def load(checkpoint: str | Path, /, *, device: str = "cpu") -> LoadedModel:
-    """A classifier's model (eval mode) with the setup it was trained with; it reads
-    pictures or clips, no text: no tokenizer."""
-    found, setup = classifier_checkpoint(checkpoint, device=device)
-    name = type(found.model).__name__
-    return LoadedModel(found.model, None, name, found.model_type, str(checkpoint), setup=setup)
 
 
 def view(checkpoint: str, inputs: Sequence[str], request: ViewRequest) -> ExplorerPage:
@@ -95,7 +87,7 @@ FAMILY = Family(
     score=score,
     explorers={name: explorer_of_type(name) for name in _TYPES},
     view=view,
-    loader=load,
+    loader=load_classifier,
     commands={
         "image-classifier": "qkv classify --attention-out or qkv explore",
         "clip-classifier": "qkv classify --attention-out or qkv explore --test N",
