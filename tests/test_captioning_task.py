@@ -22,7 +22,7 @@ from qkv.data.captions import CaptionDataset, CaptionExample, WordVocab
 from qkv.data.scenes import SceneObject, scene_dataset
 from qkv.decoding import beam_search
 from qkv.evaluation.grounding import ground_caption, mean_grounding, name_objects
-from qkv.models import CaptionerConfig, StepOutput
+from qkv.models import CaptionerConfig, LoadedModel, StepOutput
 from qkv.tasks import (
     CaptioningSetup,
     ImageCaptioner,
@@ -271,7 +271,8 @@ def test_grounding_equals_a_hand_computation():
     assert [g.uniform for g in grounded] == pytest.approx([144 / 1024] * 2 + [0.25] * 2)
 
     vocab = WordVocab.build(example.captions)
-    captioner = ImageCaptioner(ScriptedCaptioner(vocab, words, maps), vocab, max_caption_len=20)
+    scripted = LoadedModel(ScriptedCaptioner(vocab, words, maps), vocab, "scripted", "captioner")
+    captioner = ImageCaptioner(scripted, max_caption_len=20)
     for beam in (1, 3):
         scores, captions = evaluate_captioning(captioner, [example, example], beam=beam)
         assert captions[0].words == words
@@ -301,7 +302,8 @@ def test_a_caption_that_is_one_reference_of_several_is_exact():
     words = example.captions[1]
     vocab = WordVocab.build(example.captions)
     maps = torch.full((len(words), 16), 1 / 16)
-    captioner = ImageCaptioner(ScriptedCaptioner(vocab, words, maps), vocab, max_caption_len=20)
+    scripted = LoadedModel(ScriptedCaptioner(vocab, words, maps), vocab, "scripted", "captioner")
+    captioner = ImageCaptioner(scripted, max_caption_len=20)
     scores, _ = evaluate_captioning(captioner, [example])
     assert scores.exact_match == 1.0 and scores.bleu1 == pytest.approx(100.0)
     assert scores.grounding == pytest.approx(scores.grounding_uniform)  # uniform maps

@@ -10,6 +10,9 @@ from PIL import Image
 from qkv.cli.main import main
 from qkv.data.image_folders import read_image_folder, split_of
 from qkv.errors import DataError, MissingFileError
+from qkv.families import family_named
+from qkv.models import LoadedModel
+from qkv.tasks.classifier import ClassifierSetup
 
 
 def _folder(root, per_class=40):
@@ -77,6 +80,15 @@ def test_classify_scores_a_checkpoint_and_refuses_a_bad_limit(tmp_path, capsys):
     assert "accuracy:" in capsys.readouterr().out
     assert main(["classify", "--checkpoint", str(tmp_path / "run"), "--limit", "0"]) == 2
     assert "--limit 0" in capsys.readouterr().err
+    # the family's loader: the model in eval mode with its setup, and no tokenizer
+    loaded = family_named("classifier").loader(tmp_path / "run")  # load_classifier
+    assert isinstance(loaded, LoadedModel) and loaded.model_type == "image-classifier"
+    assert loaded.tokenizer is None and not loaded.model.training
+    assert isinstance(loaded.setup, ClassifierSetup) and loaded.setup.feature_dim == 8
+    # `qkv generate` names the commands its family's record gives
+    assert main(["generate", "--checkpoint", str(tmp_path / "run"), "--prompt", "a"]) == 2
+    err = capsys.readouterr().err
+    assert "does not generate text; use qkv classify --attention-out or qkv explore" in err
 
 
 def test_a_bad_pool_is_one_clear_line(tmp_path, capsys):
@@ -127,8 +139,8 @@ def test_a_resumed_classifier_run_ends_where_an_uninterrupted_one_does(tmp_path,
     assert main([*args, "--out", str(tmp_path / "parts"), "--max-steps", "3"]) == 0
     assert main([*args, "--out", str(tmp_path / "parts"), "--max-steps", "5", "--resume"]) == 0
     step = "checkpoints/step-000005"
-    whole, _ = load_classifier(tmp_path / "whole" / step)
-    parts, _ = load_classifier(tmp_path / "parts" / step)
+    whole = load_classifier(tmp_path / "whole" / step).model
+    parts = load_classifier(tmp_path / "parts" / step).model
     for name, tensor in whole.state_dict().items():
         assert torch.equal(tensor, parts.state_dict()[name]), name
 

@@ -187,6 +187,16 @@ def _mistakes():
         (["evaluate", "--checkpoint", "{run}", "--data", "{tsv}", "--split", "dev"], "'dev'"),
         (["attention", "--checkpoint", "{run}", "abc", "--out", "{root}/a.jpg"], ".png"),
         (["caption", "--checkpoint", "{run}", "{root}/picture.png"], "not a captioner"),
+        # a translator does not generate: its family's record names the commands that read it
+        (
+            ["generate", "--checkpoint", "{run}", "--prompt", "a"],
+            "'transformer' model, which does not generate text; use qkv translate, qkv "
+            "evaluate or qkv explore",
+        ),
+        (
+            ["generate", "--checkpoint", "{run}", "--pretrained", "{root}", "--prompt", "a"],
+            "exactly one model",
+        ),
         (["curves", "--checkpoint", "/nonexistent/run", "--out", "{root}/c.png"], "nonexistent"),
     ]
 

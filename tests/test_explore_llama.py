@@ -24,7 +24,7 @@ def test_llama_family_pages_hold_the_attention_transformers_computes(
     save_random(tmp_path, family)
     save_tokenizer(tmp_path)
     loaded = load_folder(tmp_path)
-    assert loaded.architecture == architecture
+    assert loaded.name == architecture
     data = explore(loaded.model, [TEXT], tokenizer=loaded.tokenizer)
     assert data["model"]["kind"] == "lm"
     [page] = data["inputs"]

@@ -63,7 +63,7 @@ def assert_page_matches(view, reference):
 
 def test_minilm_pages_hold_the_attention_transformers_computes(minilm_folder):
     loaded = load_folder(minilm_folder)
-    assert loaded.architecture == "BERT"
+    assert loaded.name == "BERT"
     data = explore(loaded.model, TEXTS, tokenizer=loaded.tokenizer)
     assert data["model"]["kind"] == "encoder" and data["model"]["layers"] == 6
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_folder)
@@ -78,7 +78,7 @@ def test_minilm_pages_hold_the_attention_transformers_computes(minilm_folder):
 
 def test_gpt2_pages_hold_the_attention_transformers_computes(gpt2_folder):
     loaded = load_folder(gpt2_folder)
-    assert loaded.architecture == "GPT-2"
+    assert loaded.name == "GPT-2"
     data = explore(loaded.model, ["the earth and the waters"], tokenizer=loaded.tokenizer)
     assert data["model"]["kind"] == "lm"
     [page] = data["inputs"]

@@ -26,7 +26,7 @@ def pages(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pretrained-pages")
     loaded = load_folder(minilm.get_model_path())
     data = explore(loaded.model, [TEXT], tokenizer=loaded.tokenizer)
-    data["model"]["architecture"] = loaded.architecture
+    data["model"]["architecture"] = loaded.name
     write_html(data, folder / "minilm.html")
     return {"folder": folder, "data": data, "ids": loaded.tokenizer.encode(TEXT)}
 

@@ -38,9 +38,9 @@ def pages(tmp_path_factory, gpt2_folder):  # noqa: F811
             save_tokenizer(model_folder)
         loaded = load_folder(model_folder)
         data = explore(loaded.model, [TEXT], tokenizer=loaded.tokenizer, vectors="all")
-        data["model"]["architecture"] = loaded.architecture
+        data["model"]["architecture"] = loaded.name
         write_html(data, folder / f"{family}.html")
-        found[family] = (model_folder, loaded.tokenizer.encode(TEXT), loaded.architecture)
+        found[family] = (model_folder, loaded.tokenizer.encode(TEXT), loaded.name)
     return {"folder": folder, "found": found}
 
 

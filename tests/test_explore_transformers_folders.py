@@ -444,7 +444,7 @@ def test_minilm_through_transformers_equals_qkvs_bert_and_eager():
     folder = minilm.get_model_path()
     ours = load_folder(folder)
     theirs = load_folder(folder, via="transformers")
-    assert ours.architecture == "BERT" and theirs.architecture == "BertModel"
+    assert ours.name == "BERT" and theirs.name == "BertModel"
     text = "The quick brown fox jumps over the lazy dog."
     ids = theirs.tokenizer.encode(text)
     assert ids == ours.tokenizer.encode(text)

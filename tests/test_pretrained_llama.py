@@ -9,8 +9,9 @@ import torch
 
 from qkv.decoding import sample
 from qkv.errors import CheckpointError, InputError, MissingFileError, QkvError
-from qkv.models import DecoderLM
-from qkv.pretrained import PretrainedLM, load_llama, load_pretrained
+from qkv.models import DecoderLM, LoadedModel
+from qkv.pretrained import load_llama, load_pretrained
+from qkv.pretrained.llama import LLAMA_NAMES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -112,7 +113,8 @@ def random_ids(batch, length, seed=1):
 def test_logits_attention_and_greedy_generations_equal_transformers(tmp_path, family):
     reference = save_random(tmp_path, family)
     loaded = load_llama(tmp_path)
-    assert isinstance(loaded, PretrainedLM) and isinstance(loaded.model, DecoderLM)
+    assert isinstance(loaded, LoadedModel) and isinstance(loaded.model, DecoderLM)
+    assert loaded.folder and loaded.name == LLAMA_NAMES[loaded.model_type]
     ids = random_ids(3, 20)
     with torch.no_grad():
         expected = reference(ids, output_attentions=True)
@@ -186,7 +188,7 @@ def test_load_pretrained_dispatches_and_the_tokenizer_drives_generate_text(tmp_p
     reference = save_random(tmp_path, "qwen2")
     save_tokenizer(tmp_path)
     loaded = load_pretrained(tmp_path)
-    assert loaded.family == "qwen2" and isinstance(loaded.model, DecoderLM)
+    assert loaded.model_type == "qwen2" and isinstance(loaded.model, DecoderLM)
     prompt = "the earth"
     ids = loaded.tokenizer.encode(prompt)
     assert loaded.tokenizer.decode(ids) == prompt

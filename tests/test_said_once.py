@@ -90,3 +90,82 @@ def test_the_scans_find_a_copy_of_the_rule():
     assert COMPARISON.findall(copy.split("#")[0])
     js = re.compile(r"[+-]\s*[\w.]*\bwindow\b")
     assert js.search("first = Math.max(0, i - c.window + 1)")
+
+
+#: Names a class stores a model's tokenizer under (a captioner's is its word vocabulary).
+TOKENIZER_FIELDS = {"tokenizer", "vocab", "vocabulary"}
+#: The classes that may hold a model beside a tokenizer, and why each is not a second
+#: loaded model.
+MODEL_AND_TOKENIZER = {
+    "qkv/models/loaded.py:LoadedModel": "the one loaded model",
+    "qkv/tasks/lm_start.py:LMStart": "a run's start: the tokenizer it trains with, and a "
+    "model only when it starts from one (None: built from the setup)",
+}
+
+
+def _stored_names(node: ast.ClassDef) -> set[str]:
+    """The attributes a class stores: its annotated fields (dataclass, NamedTuple; a field
+    typed ``str`` names a kind, as a setup's ``model="transformer"``, and holds no object)
+    and what its methods assign to ``self.NAME`` (one at a time or unpacked)."""
+    names = {
+        item.target.id
+        for item in node.body
+        if isinstance(item, ast.AnnAssign)
+        and isinstance(item.target, ast.Name)
+        and not ast.unparse(item.annotation).startswith("str")
+    }
+    for method in node.body:
+        if not isinstance(method, ast.FunctionDef):
+            continue
+        for inner in ast.walk(method):
+            targets = []
+            if isinstance(inner, ast.Assign):
+                targets = inner.targets
+            elif isinstance(inner, ast.AnnAssign):
+                targets = [inner.target]
+            for target in targets:
+                for leaf in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    if (
+                        isinstance(leaf, ast.Attribute)
+                        and isinstance(leaf.value, ast.Name)
+                        and leaf.value.id == "self"
+                    ):
+                        names.add(leaf.attr)
+    return names
+
+
+def loaded_model_shapes(root: pathlib.Path = PACKAGE) -> list[str]:
+    """``path:Class`` of every class under ``root`` that stores a ``model`` beside a
+    tokenizer: a loaded model's shape."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                names = _stored_names(node)
+                if "model" in names and names & TOKENIZER_FIELDS:
+                    found.append(f"{root.name}/{path.relative_to(root).as_posix()}:{node.name}")
+    return found
+
+
+def test_the_loaded_model_has_one_definition():
+    shapes = loaded_model_shapes()
+    assert sorted(shapes) == sorted(MODEL_AND_TOKENIZER), (
+        "a class holding a model and its tokenizer besides qkv.models.LoadedModel: hold a "
+        f"LoadedModel instead ({sorted(set(shapes) - set(MODEL_AND_TOKENIZER))})"
+    )
+
+
+def test_the_loaded_model_scan_finds_a_second_shape(tmp_path):
+    # the scan is not vacuous: each way of storing the two is found
+    package = tmp_path / "qkv"
+    package.mkdir()
+    (package / "runner.py").write_text(
+        "from dataclasses import dataclass\n"
+        "@dataclass\nclass Loaded:\n    model: object\n    tokenizer: object\n"
+        "class Runner:\n    def __init__(self, model, vocab):\n"
+        "        self.model, self.vocab = model, vocab\n"
+        "class Holder:\n    def __init__(self, loaded):\n        self.loaded = loaded\n"
+        "    @property\n    def model(self):\n        return self.loaded.model\n"
+    )
+    assert loaded_model_shapes(package) == ["qkv/runner.py:Loaded", "qkv/runner.py:Runner"]

@@ -82,8 +82,8 @@ def _attention(args: argparse.Namespace) -> int:
     if args.target is not None:
         raise InputError("--target is for encoder-decoder folders (--pretrained)")
     _, family = family_of_checkpoint(args.checkpoint)
-    if family is not None and family.text_model is not None:  # a model that reads one text
-        loaded = family.text_model(args.checkpoint)
+    if family is not None and family.reads_text:  # a model that reads one text
+        loaded = family.loader(args.checkpoint)
         return _text_attention(args, loaded.model, loaded.tokenizer)
     return _translation_attention(args)  # a translator (another model: its error and fix)
 

@@ -204,8 +204,8 @@ def _explore(args: argparse.Namespace) -> int:
     request = call_with_options(ViewRequest, args, device=str(args.device))
     opened = family.view(args.checkpoint, inputs, request)
     data = opened.data
-    if opened.model is not None:
-        _make_live(args, data, opened.model, opened.tokenizer)
+    if opened.loaded is not None:
+        _make_live(args, data, opened.loaded.model, opened.loaded.tokenizer)
     for page in data["inputs"]:
         truth = page.get("truth_tokens")
         print(
@@ -246,5 +246,5 @@ def _pretrained_data(args: argparse.Namespace) -> tuple[dict, object, object]:
     data = call_with_options(
         explore, args, loaded.model, inputs, tokenizer=loaded.tokenizer, eos_ids=loaded.eos_ids
     )
-    data["model"]["architecture"] = loaded.architecture
+    data["model"]["architecture"] = loaded.name
     return data, loaded.model, loaded.tokenizer

@@ -62,11 +62,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _generate(args: argparse.Namespace) -> int:
     from ..tasks.lm import generate_text
-    from ..tasks.pretrained_lm import load_generator
 
     prompt = args.prompt if args.prompt is not None else args.text
     prompt = prompt if prompt is not None else sys.stdin.read().rstrip("\n")
-    lm = call_with_options(load_generator, args)
+    lm = _generator(args)
     stream = args.num_samples == 1
 
     def show(text: str) -> None:
@@ -81,6 +80,29 @@ def _generate(args: argparse.Namespace) -> int:
         print(f"--- sample {index + 1}")
         print(prompt + text)
     return 0
+
+
+def _generator(args: argparse.Namespace):
+    """The model to sample from: --checkpoint through its family's loader (a family whose
+    models do not generate text says which commands read them), or a --pretrained folder."""
+    from ..errors import CheckpointError
+    from ..families import family_of_checkpoint
+    from ..tasks.pretrained_lm import load_generator
+    from ..tasks.translator import reading_errors
+
+    if args.checkpoint is None or args.pretrained is not None:
+        # a folder; or neither, or both: load_generator says to give exactly one
+        return call_with_options(load_generator, args)
+    with reading_errors(CheckpointError):
+        model_type, family = family_of_checkpoint(args.checkpoint)
+    if family is None or not family.explorers[model_type].generates:
+        use = family.commands.get(model_type) if family is not None else None
+        use = use or "the command for that model's task"
+        raise CheckpointError(
+            f"{args.checkpoint} holds a {model_type!r} model, which does not generate text; "
+            f"use {use}"
+        )
+    return family.loader(args.checkpoint, device=str(args.device))
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """Pretrained Hugging Face folders on the explorer: BERT through ``qkv.pretrained.load_bert``,
 GPT-2 (and, where ``qkv.pretrained`` has ``load_llama``, Llama, Qwen2 and Mistral) through
-their loaders' :class:`~qkv.pretrained.PretrainedLM`.  The attention is qkv's own, computed
+their loaders' :class:`~qkv.models.LoadedModel`.  The attention is qkv's own, computed
 by qkv's layers with the folder's weights.
 
 - :func:`load_folder`: the folder's model and a :class:`FolderTokenizer` (token ids with the
@@ -13,8 +13,8 @@ by qkv's layers with the folder's weights.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,14 @@ from torch import nn
 
 from qkv import pretrained
 from qkv.errors import CheckpointError, InputError, MissingFileError
+from qkv.models.loaded import LoadedModel
 from qkv.pretrained import FolderTokenizer
 
 from .registry import ExplorerAdapter, ExploreRequest, register_explorer
 from .vectors import stored_vectors
 from .views import decoded_text, model_device, self_attention_entry
 
-__all__ = ["FolderTokenizer", "LoadedFolder", "load_folder", "EncoderAdapter", "ARCHITECTURES"]
+__all__ = ["FolderTokenizer", "load_folder", "EncoderAdapter", "ARCHITECTURES"]
 
 #: config.json's model_type -> (the loader's name in qkv.pretrained, the page's description).
 ARCHITECTURES = {
@@ -42,19 +43,6 @@ ARCHITECTURES = {
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
-@dataclass
-class LoadedFolder:
-    """A pretrained folder's model (eval mode), tokenizer and architecture ("BERT", ...); a
-    folder read via transformers has a ``TransformersFolder`` model, the folder's
-    ``AutoTokenizer`` (None for a vision model) and transformers' class name."""
-
-    model: nn.Module
-    tokenizer: FolderTokenizer
-    architecture: str
-    #: a language model's end tokens (config.json's eos_token_id): --generate stops there.
-    eos_ids: tuple[int, ...] = ()
-
-
 #: How a folder can be read: qkv's own re-implementation (the architectures above), or
 #: transformers' model with qkv's attention (every architecture whose attention uses the
 #: interface); None: qkv's where it has one.
@@ -63,8 +51,11 @@ VIA = ("qkv", "transformers")
 
 def load_folder(
     path: str | Path, *, device: str | torch.device = "cpu", via: str | None = None
-) -> LoadedFolder:
-    """Read a Hugging Face folder for the explorer (see the module's docstring)."""
+) -> LoadedModel:
+    """Read a Hugging Face folder for the explorer (see the module's docstring): its model
+    (eval mode), tokenizer and architecture ("BERT", ...) as its ``name``; a folder read via
+    transformers has a ``TransformersFolder`` model, the folder's ``AutoTokenizer`` (None for
+    a vision model) and transformers' class name."""
     if via not in (None, *VIA):
         raise InputError(f"via={via!r}: read a folder via one of {', '.join(VIA)}")
     folder = Path(path)
@@ -83,7 +74,8 @@ def load_folder(
         from .transformers_folders import load_transformers_folder
 
         model, tokenizer, eos_ids = load_transformers_folder(folder, device=device)
-        return LoadedFolder(model, tokenizer, model.architecture, eos_ids=eos_ids)
+        name, kind = model.architecture, str(model_type or "")
+        return LoadedModel(model, tokenizer, name, kind, str(folder), folder=True, eos_ids=eos_ids)
     known = ", ".join(f"{name} ({arch})" for name, (_, arch) in ARCHITECTURES.items())
     if model_type not in ARCHITECTURES:
         raise CheckpointError(
@@ -106,9 +98,10 @@ def load_folder(
     tokenizer = FolderTokenizer.from_folder(folder, add_special_tokens=specials)  # first
     if encoder:
         model, _ = loader(folder)
-        return LoadedFolder(model.to(device).eval(), tokenizer, architecture)
-    lm = loader(folder, device=device)
-    return LoadedFolder(lm.model.eval(), tokenizer, architecture, eos_ids=lm.eos_ids)
+        model = model.to(device).eval()
+        return LoadedModel(model, tokenizer, architecture, model_type, str(folder), folder=True)
+    # the loader's LoadedModel with the explorer's tokenizer (which labels every token)
+    return dataclasses.replace(loader(folder, device=device), tokenizer=tokenizer)
 
 
 class EncoderAdapter(ExplorerAdapter):

@@ -11,7 +11,7 @@ from ..explore import explorer_of_type
 from ..tasks.captioner_eval import evaluate_captioning
 from ..tasks.captioning import CAPTIONING, CaptioningSetup, caption_examples
 from ..tasks.evaluate import Evaluation, EvaluationRequest, data_to_score
-from ..tasks.image_captioner import CAPTIONER, ImageCaptioner
+from ..tasks.image_captioner import CAPTIONER, ImageCaptioner, load_captioner
 from ..tasks.presets import CAPTIONER_SIZES
 from ..tasks.translator import reading_errors
 from .record import ExplorerPage, Family, TrainCommand, ViewRequest, explore_with, train_with_spec
@@ -55,7 +55,7 @@ def view(checkpoint: str, inputs: Sequence[str], request: ViewRequest) -> Explor
     captioner = ImageCaptioner.from_checkpoint(checkpoint, device=request.device)
     images = captioner.load_images(list(inputs))
     names = [Path(path).name for path in inputs]
-    return explore_with(captioner.model, images, request, tokenizer=captioner.vocab, names=names)
+    return explore_with(captioner.loaded, images, request, names=names)
 
 
 FAMILY = Family(
@@ -82,6 +82,7 @@ FAMILY = Family(
     score=score,
     explorers={CAPTIONER: explorer_of_type(CAPTIONER)},
     view=view,
+    loader=load_captioner,
     commands={CAPTIONER: "qkv caption --attention-out, qkv evaluate or qkv explore"},
     modules=(
         "qkv.families.captioning",

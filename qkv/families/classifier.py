@@ -14,6 +14,7 @@ from ..tasks.classifier import (
     MODEL_TYPES,
     ClassifierSetup,
     classification_data,
+    classifier_checkpoint,
     evaluate_classifier,
     load_classifier,
 )
@@ -43,7 +44,8 @@ def train(
 
 def score(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
     """Accuracy (and, for clips, the occluded frames' and the marked frame's attention)."""
-    model, setup = load_classifier(checkpoint, device=request.device)
+    found, setup = classifier_checkpoint(checkpoint, device=request.device)
+    model = found.model
     if request.data is not None and request.data != setup.data:
         setup = dataclasses.replace(setup, data=request.data)
     split = request.split or "test"
@@ -85,6 +87,7 @@ FAMILY = Family(
     score=score,
     explorers={name: explorer_of_type(name) for name in _TYPES},
     view=view,
+    loader=load_classifier,
     commands={
         "image-classifier": "qkv classify --attention-out or qkv explore",
         "clip-classifier": "qkv classify --attention-out or qkv explore --test N",

@@ -12,14 +12,13 @@ from ..data.text import load_text
 from ..errors import DataError, InputError
 from ..explore import explorer_of_type
 from ..tasks.evaluate import Evaluation, EvaluationRequest
-from ..tasks.lm import LM, LM_MODEL, LMSetup, context_loss, encode_text, load_lm
+from ..tasks.lm import LM, LM_MODEL, LMSetup, context_loss, encode_text, lm_of, load_lm
 from ..tasks.presets import LM_FINETUNE, LM_SIZES
 from ..tasks.translator import reading_errors
 from ..training import TrainResult
 from .record import (
     ExplorerPage,
     Family,
-    TextModel,
     TrainCommand,
     ViewRequest,
     explore_with,
@@ -32,7 +31,8 @@ __all__ = ["FAMILY"]
 def score(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
     """Loss and perplexity per token over the split's windows of the run's context."""
     lm = load_lm(checkpoint, device=request.device)
-    data = request.data or (lm.setup.data if lm.setup is not None else None)
+    model, setup = lm_of(lm)
+    data = request.data or (setup.data if setup is not None else None)
     if data is None:
         raise InputError(f"{checkpoint} is not a run of qkv train lm: give the text to score")
     split = request.split or "valid"
@@ -45,9 +45,9 @@ def score(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
         text = getattr(load_text(data), split)
     ids = encode_text(lm.tokenizer, text)
     # the run's training window (a fine-tuned folder's model reads far more positions)
-    context = lm.setup.context_length if lm.setup is not None else lm.model.config.max_len
+    context = setup.context_length if setup is not None else model.config.max_len
     windows = None if request.limit is None else request.limit * context + 1
-    loss = context_loss(lm.model, ids[:windows], context=context)
+    loss = context_loss(model, ids[:windows], context=context)
     tokens = int(ids[:windows].numel())
     scores: dict[str, object] = {"loss": loss, "perplexity": math.exp(loss), "tokens": tokens}
     lines = [
@@ -59,14 +59,7 @@ def score(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
 
 def view(checkpoint: str, inputs: Sequence[str], request: ViewRequest) -> ExplorerPage:
     """Each prompt's causal self-attention (and the tokens sampled after it)."""
-    lm = load_lm(checkpoint, device=request.device)
-    return explore_with(lm.model, inputs, request, tokenizer=lm.tokenizer)
-
-
-def text_model(checkpoint: str) -> TextModel:
-    """The run's model and tokenizer, for `qkv attention` on one text."""
-    lm = load_lm(checkpoint)
-    return TextModel(lm.model, lm.tokenizer)
+    return explore_with(load_lm(checkpoint, device=request.device), inputs, request)
 
 
 def summary(result: TrainResult) -> str:
@@ -105,7 +98,8 @@ FAMILY = Family(
     score=score,
     explorers={LM_MODEL: explorer_of_type(LM_MODEL)},
     view=view,
-    text_model=text_model,
+    loader=load_lm,
+    reads_text=True,
     modules=(
         "qkv.families.lm",
         "qkv.tasks.lm",

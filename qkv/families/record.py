@@ -13,8 +13,10 @@ user's own) is everything qkv needs to train, score and look at its models, said
     score           `qkv evaluate` of one of its checkpoints
     explorers       model type -> explorer adapter: the page kind, views and live pass
     view            how `qkv explore --checkpoint` opens one of its checkpoints
-    text_model      how `qkv attention --checkpoint` loads a model that reads one text
-                    (None: the command decodes, as a translator)
+    loader          how one of its checkpoints loads, as a :class:`~qkv.models.LoadedModel`
+                    (`qkv generate`, `qkv attention`)
+    reads_text      whether `qkv attention --checkpoint` draws its attention on one text
+                    (False: the command decodes, as a translator)
     commands        model type -> the commands that read its checkpoints, told when one is
                     given to a command of another family
     modules         the modules that are its own (its kind strings may be named there)
@@ -31,10 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..errors import CheckpointError, InputError
 from ..explore import ExplorerAdapter, explore, register_explorer
+from ..models import LoadedModel
 from ..tasks.evaluate import Evaluation, EvaluationRequest
 from ..tasks.presets import Preset
 from ..tasks.task import TaskSpec, train_with_options
@@ -55,7 +58,7 @@ __all__ = [
     "ExplorerPage",
     "ViewRequest",
     "explore_with",
-    "TextModel",
+    "Loader",
     "AnyFamily",
     "train_with_spec",
     "register_family",
@@ -132,28 +135,26 @@ class ViewRequest:
 
 @dataclass(frozen=True)
 class ExplorerPage:
-    """An opened checkpoint on the explorer page: the page's data, and the model and the
-    tokenizer a live page embeds (None: the family's pages are static)."""
+    """An opened checkpoint on the explorer page: the page's data, and the loaded model (its
+    model and tokenizer) a live page embeds (None: the family's pages are static)."""
 
     data: dict[str, object]
-    model: nn.Module | None = None
-    tokenizer: object = None
+    loaded: LoadedModel | None = None
 
 
 def explore_with(
-    model: nn.Module,
+    loaded: LoadedModel,
     inputs: Sequence[str | Sequence[int] | Tensor],
     request: ViewRequest,
     *,
-    tokenizer: object,
     names: Sequence[str] | None = None,
 ) -> ExplorerPage:
-    """The page of ``model`` on ``inputs`` under every option of ``request``
+    """The page of a loaded model on ``inputs`` under every option of ``request``
     (:func:`qkv.explore.explore`; its adapter reads those that apply)."""
     data = explore(
-        model,
+        loaded.model,
         inputs,
-        tokenizer=tokenizer,
+        tokenizer=loaded.tokenizer,
         beam=request.beam,
         length_penalty=request.length_penalty,
         max_len=request.max_len,
@@ -164,7 +165,7 @@ def explore_with(
         seed=request.seed,
         vectors=request.vectors,
     )
-    return ExplorerPage(data, model, tokenizer)
+    return ExplorerPage(data, loaded)
 
 
 class ExplorerView(Protocol):
@@ -175,12 +176,11 @@ class ExplorerView(Protocol):
     ) -> ExplorerPage: ...
 
 
-@dataclass(frozen=True)
-class TextModel:
-    """A model that reads one text, with its tokenizer (`qkv attention`)."""
+class Loader(Protocol):
+    """How a checkpoint (a run or step folder) of the family loads: its model (eval mode)
+    and tokenizer, named for messages, with the run's setup."""
 
-    model: nn.Module
-    tokenizer: object
+    def __call__(self, checkpoint: str | Path, /, *, device: str = "cpu") -> LoadedModel: ...
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,8 @@ class Family(Generic[S, R, V]):
     score: Scorer
     explorers: Mapping[str, ExplorerAdapter]
     view: ExplorerView
-    text_model: Callable[[str], TextModel] | None = None
+    loader: Loader
+    reads_text: bool = False
     commands: Mapping[str, str] = field(default_factory=dict)
     modules: tuple[str, ...] = ()
 

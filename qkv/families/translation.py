@@ -10,7 +10,7 @@ from ..explore import explorer_of_type
 from ..tasks.evaluate import Evaluation, EvaluationRequest, data_to_score
 from ..tasks.presets import RNN_SIZES, TRANSFORMER_SIZES
 from ..tasks.translation import TRANSLATION, TranslationSetup
-from ..tasks.translator import TRANSLATION_MODELS, Translator, score_translator
+from ..tasks.translator import TRANSLATION_MODELS, Translator, load_translator, score_translator
 from .record import (
     ExplorerPage,
     Family,
@@ -50,7 +50,7 @@ def score(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
 def view(checkpoint: str, inputs: Sequence[str], request: ViewRequest) -> ExplorerPage:
     """Each sentence translated, with every attention of the search."""
     translator = Translator.from_checkpoint(checkpoint, device=request.device)
-    return explore_with(translator.model, inputs, request, tokenizer=translator.tokenizer)
+    return explore_with(translator.loaded, inputs, request)
 
 
 FAMILY = Family(
@@ -77,6 +77,8 @@ FAMILY = Family(
     score=score,
     explorers={name: explorer_of_type(name) for name in TRANSLATION_MODELS},
     view=view,
+    loader=load_translator,
+    commands={name: "qkv translate, qkv evaluate or qkv explore" for name in TRANSLATION_MODELS},
     modules=(
         "qkv.families.translation",
         "qkv.tasks.translation",

@@ -18,6 +18,7 @@ from .classifier import (
 from .lm import DecoderLM, LMOutput, LMState
 from .lm_builders import ARCHITECTURES, architecture_config, gpt, llama, nanochat
 from .lm_config import LMConfig, window_layers_of
+from .loaded import LoadedModel
 from .registry import available_models, build_model, config_to_dict, model_type_of, register_model
 from .rnn import RNNBaseline, RNNConfig, RNNTranslator
 from .transformer import Transformer, TransformerConfig
@@ -57,6 +58,7 @@ __all__ = [
     "window_layers_of",
     "LMOutput",
     "LMState",
+    "LoadedModel",
 ]
 
 #: Names that went in the one-LM reshape -> what replaces them (kept for one release).

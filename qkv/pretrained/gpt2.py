@@ -10,18 +10,18 @@ stored (in, out), the transpose of ``nn.Linear``'s; its attention input projecti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from qkv.data.tokenizers import register_tokenizer
 from qkv.errors import CheckpointError
 from qkv.models.lm import DecoderLM
 from qkv.models.lm_builders import architecture_config
 from qkv.models.lm_config import LMConfig
+from qkv.models.loaded import LoadedModel
 
 from .files import (
     FolderTokenizer,
@@ -32,7 +32,7 @@ from .files import (
     read_safetensors,
 )
 
-__all__ = ["load_gpt2", "gpt2_config_from_hf", "GPT2Tokenizer", "PretrainedLM"]
+__all__ = ["load_gpt2", "gpt2_config_from_hf", "GPT2Tokenizer"]
 
 _REQUIRED_KEYS = ("vocab_size", "n_embd", "n_head", "n_layer", "n_positions")
 # Hugging Face activation names -> qkv's FeedForward activations.
@@ -58,28 +58,6 @@ _BLOCK_NAMES = {
     "mlp.c_proj": "feed_forward.contract",
 }
 _CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
-
-
-@dataclass
-class PretrainedLM:
-    """A loaded language model and its tokenizer (what ``qkv.tasks.lm.generate_text`` takes).
-
-    model: a :class:`~qkv.models.lm.DecoderLM` (GPT-2, Llama, Qwen2, Mistral).
-    family: config.json's model_type."""
-
-    model: nn.Module
-    tokenizer: Any
-    family: str = "gpt2"
-    #: config.json's eos_token_id: generation stops at these tokens.
-    eos_ids: tuple[int, ...] = ()
-
-    def too_long(self, length: int) -> str:
-        """What to do about a prompt of ``length`` tokens past the model's positions."""
-        limit = self.model.max_positions
-        return (
-            f"the prompt has {length} tokens, but this {self.family} folder's model has "
-            f"{limit} positions (config.json); shorten the prompt to at most {limit} tokens"
-        )
 
 
 def eos_ids(hf: dict[str, Any]) -> tuple[int, ...]:
@@ -131,9 +109,10 @@ def gpt2_config_from_hf(hf: dict[str, Any]) -> LMConfig:
     )
 
 
-def load_gpt2(path: str | Path, *, device: str | torch.device = "cpu") -> PretrainedLM:
+def load_gpt2(path: str | Path, *, device: str | torch.device = "cpu") -> LoadedModel:
     """A :class:`DecoderLM` with the weights of a Hugging Face GPT-2 folder, in eval mode,
-    and its tokenizer (None when the folder has no tokenizer.json)."""
+    and its tokenizer (None when the folder has no tokenizer.json), with config.json's
+    eos_token_id: what ``qkv.tasks.lm.generate_text`` takes."""
     folder = Path(path)
     hf = read_config(folder)
     config = gpt2_config_from_hf(hf)
@@ -142,7 +121,15 @@ def load_gpt2(path: str | Path, *, device: str | torch.device = "cpu") -> Pretra
     tokenizer_file = folder / "tokenizer.json"
     tokenizer = GPT2Tokenizer(tokenizer_file) if tokenizer_file.is_file() else None
     check_tokenizer(tokenizer, config.vocab_size, folder)
-    return PretrainedLM(model.to(device).eval(), tokenizer, eos_ids=eos_ids(hf))
+    return LoadedModel(
+        model.to(device).eval(),
+        tokenizer,
+        "GPT-2",
+        "gpt2",
+        source=str(path),
+        folder=True,
+        eos_ids=eos_ids(hf),
+    )
 
 
 def _qkv_state_dict(stored: dict[str, Tensor], config: LMConfig) -> dict[str, Tensor]:

@@ -23,6 +23,7 @@ from qkv.functional.rope_scaling import ROPE_SCALING_RULES, RopeScaling
 from qkv.models.lm import DecoderLM
 from qkv.models.lm_builders import architecture_config
 from qkv.models.lm_config import LMConfig
+from qkv.models.loaded import LoadedModel
 
 from .files import (
     FolderTokenizer,
@@ -32,12 +33,13 @@ from .files import (
     read_config,
     read_safetensors,
 )
-from .gpt2 import PretrainedLM, eos_ids
+from .gpt2 import eos_ids
 
-__all__ = ["load_llama", "llama_config_from_hf", "LLAMA_FAMILIES"]
+__all__ = ["load_llama", "llama_config_from_hf", "LLAMA_FAMILIES", "LLAMA_NAMES"]
 
-#: model_type values of config.json this loader reads.
-LLAMA_FAMILIES = ("llama", "qwen2", "mistral")
+#: model_type values of config.json this loader reads -> how messages name them.
+LLAMA_NAMES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}
+LLAMA_FAMILIES = tuple(LLAMA_NAMES)
 _REQUIRED_KEYS = (
     "vocab_size",
     "hidden_size",
@@ -156,7 +158,7 @@ def _sliding_window(hf: dict[str, Any], family: str) -> tuple[int | None, tuple[
     return (window, tuple(layers)) if layers else (None, None)
 
 
-def load_llama(path: str | Path, *, device: str | torch.device = "cpu") -> PretrainedLM:
+def load_llama(path: str | Path, *, device: str | torch.device = "cpu") -> LoadedModel:
     """A :class:`DecoderLM` with the weights of a Hugging Face Llama / Qwen2 / Mistral folder, in
     eval mode, and its tokenizer (None when the folder has no tokenizer.json)."""
     folder = Path(path)
@@ -171,7 +173,15 @@ def load_llama(path: str | Path, *, device: str | torch.device = "cpu") -> Pretr
     tokenizer = FolderTokenizer(tokenizer_file) if tokenizer_file.is_file() else None
     check_tokenizer(tokenizer, config.vocab_size, folder)
     family = hf["model_type"]
-    return PretrainedLM(model.to(device).eval(), tokenizer, family=family, eos_ids=eos_ids(hf))
+    return LoadedModel(
+        model.to(device).eval(),
+        tokenizer,
+        LLAMA_NAMES[family],
+        family,
+        source=str(path),
+        folder=True,
+        eos_ids=eos_ids(hf),
+    )
 
 
 def _qkv_state_dict(stored: dict[str, Tensor], config: LMConfig) -> dict[str, Tensor]:

@@ -1,8 +1,10 @@
 """``load_pretrained(DIR)``: any supported Hugging Face folder, chosen by config.json's model_type.
 
-    bert                   -> PretrainedEncoder(BertModel, BertTokenizer)     (load_bert)
-    gpt2                   -> PretrainedLM(DecoderLM, GPT2Tokenizer)          (load_gpt2)
-    llama, qwen2, mistral  -> PretrainedLM(DecoderLM, FolderTokenizer)        (load_llama)
+    bert                   -> BertModel, BertTokenizer     (load_bert)
+    gpt2                   -> DecoderLM, GPT2Tokenizer     (load_gpt2)
+    llama, qwen2, mistral  -> DecoderLM, FolderTokenizer   (load_llama)
+
+each as one :class:`~qkv.models.LoadedModel` (eval mode, named for messages).
 
 The folder must hold its weights and its tokenizer (``tokenizer.json``; BERT also reads
 ``vocab.txt``); an unsupported model_type, absent weights or an absent tokenizer is one
@@ -14,47 +16,36 @@ and its tokenizer another (:func:`~qkv.pretrained.files.check_tokenizer`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
-from torch import nn
 
 from qkv.errors import CheckpointError, MissingFileError
+from qkv.models.loaded import LoadedModel
 
 from .bert import load_bert
 from .files import read_config
-from .gpt2 import PretrainedLM, load_gpt2
+from .gpt2 import load_gpt2
 from .llama import LLAMA_FAMILIES, load_llama
 
-__all__ = ["load_pretrained", "PretrainedEncoder", "PRETRAINED_FAMILIES"]
+__all__ = ["load_pretrained", "PRETRAINED_FAMILIES"]
 
 
-@dataclass
-class PretrainedEncoder:
-    """A loaded encoder (BERT) and its tokenizer.  family: config.json's model_type."""
-
-    model: nn.Module
-    tokenizer: Any
-    family: str = "bert"
-
-
-def _bert(folder: Path, device: str | torch.device) -> PretrainedEncoder:
+def _bert(folder: Path, device: str | torch.device) -> LoadedModel:
     model, tokenizer = load_bert(folder)
-    return PretrainedEncoder(model.to(device), tokenizer)
+    return LoadedModel(model.to(device).eval(), tokenizer, "BERT", "bert", str(folder), True)
 
 
-def _gpt2(folder: Path, device: str | torch.device) -> PretrainedLM:
+def _gpt2(folder: Path, device: str | torch.device) -> LoadedModel:
     return load_gpt2(folder, device=device)
 
 
-def _llama(folder: Path, device: str | torch.device) -> PretrainedLM:
+def _llama(folder: Path, device: str | torch.device) -> LoadedModel:
     return load_llama(folder, device=device)
 
 
 #: model_type -> the loader of that family's folders.
-PRETRAINED_FAMILIES: dict[str, Callable[[Path, str | torch.device], Any]] = {
+PRETRAINED_FAMILIES: dict[str, Callable[[Path, str | torch.device], LoadedModel]] = {
     "bert": _bert,
     "gpt2": _gpt2,
     **{family: _llama for family in LLAMA_FAMILIES},
@@ -63,9 +54,7 @@ _WEIGHTS = {"bert": ("model.safetensors", "pytorch_model.bin")}
 _TOKENIZERS = {"bert": ("tokenizer.json", "vocab.txt")}
 
 
-def load_pretrained(
-    path: str | Path, *, device: str | torch.device = "cpu"
-) -> PretrainedLM | PretrainedEncoder:
+def load_pretrained(path: str | Path, *, device: str | torch.device = "cpu") -> LoadedModel:
     """The model of a Hugging Face folder in qkv's layers (eval mode) and its tokenizer.
 
     Reads config.json's ``model_type`` and dispatches: see :data:`PRETRAINED_FAMILIES`."""

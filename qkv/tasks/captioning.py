@@ -38,7 +38,7 @@ from ..data.karpathy import read_karpathy
 from ..data.scenes import scene_dataset
 from ..errors import CheckpointError, DataError, InputError, MissingFileError
 from ..layers import available_scores
-from ..models import CaptionerConfig, build_model
+from ..models import CaptionerConfig, LoadedModel, build_model
 from ..training import TrainConfig, TrainResult, load_checkpoint
 from .captioner_eval import evaluate_captioning
 from .captioning_transfer import (
@@ -48,7 +48,7 @@ from .captioning_transfer import (
     freeze_encoder,
     load_transferred_encoder,
 )
-from .image_captioner import VOCAB_FILE, ImageCaptioner, vocabulary_of
+from .image_captioner import CAPTIONER, VOCAB_FILE, ImageCaptioner, vocabulary_of
 from .presets import preset_for
 from .task import TaskData, TaskSpec, setup_field, train_task
 from .translator import reading_errors
@@ -413,7 +413,9 @@ def _validation_metrics(
     vocab: WordVocab, examples: list[CaptionExample], max_caption_len: int
 ) -> Callable[[nn.Module], dict[str, float]]:
     def evaluate(model: nn.Module) -> dict[str, float]:
-        captioner = ImageCaptioner(model, vocab, max_caption_len=max_caption_len)
+        # the model in training, scored as the captioner it is becoming
+        loaded = LoadedModel(model, vocab, type(model).__name__, CAPTIONER)
+        captioner = ImageCaptioner(loaded, max_caption_len=max_caption_len)
         scores, _ = evaluate_captioning(captioner, examples, beam=1)
         metrics = {"bleu": scores.bleu4, "exact_match": scores.exact_match}
         if scores.grounding is not None:

@@ -28,7 +28,13 @@ from ..data.image_folders import read_image_folder
 from ..data.labelled_images import LabelledImages, fashion_mnist_split, scene_classes
 from ..decoding import check_scores
 from ..errors import InputError, MissingFileError
-from ..models import ClassifierConfig, ClipClassifierConfig, FrameTaggerConfig, build_model
+from ..models import (
+    ClassifierConfig,
+    ClipClassifierConfig,
+    FrameTaggerConfig,
+    LoadedModel,
+    build_model,
+)
 from ..models.classifier import CLIP_POOLS, IMAGE_POOLS, PAD_FRAME
 from ..training import Checkpoint, TrainConfig, TrainResult, load_checkpoint
 from ..training.loss import sequence_loss
@@ -386,10 +392,12 @@ def train_classifier(
     return train_task(CLASSIFIER, setup, config, out_dir, resume=resume)
 
 
-def load_classifier(path: str | Path, *, device: str = "cpu") -> tuple[nn.Module, ClassifierSetup]:
-    """A trained classifier (eval mode) and the setup it was trained with."""
+def load_classifier(path: str | Path, *, device: str = "cpu") -> LoadedModel:
+    """A trained classifier (eval mode) with the setup it was trained with; it reads
+    pictures or clips, no text: no tokenizer."""
     checkpoint, setup = classifier_checkpoint(path, device=device)
-    return checkpoint.model, setup
+    name = type(checkpoint.model).__name__
+    return LoadedModel(checkpoint.model, None, name, checkpoint.model_type, str(path), setup=setup)
 
 
 def classifier_checkpoint(

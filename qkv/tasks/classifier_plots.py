@@ -15,8 +15,8 @@ from .classifier import (
     ClassificationData,
     ClassifierScores,
     classification_data,
+    classifier_checkpoint,
     evaluate_classifier,
-    load_classifier,
 )
 
 __all__ = ["plot_classifier_attention", "query_positions", "classify_and_plot"]
@@ -40,7 +40,8 @@ def classify_and_plot(
         raise InputError(
             f"attention_out={str(attention_out)!r} must be a .png file", fields=("attention_out",)
         )
-    model, setup = load_classifier(checkpoint, device=device)
+    found, setup = classifier_checkpoint(checkpoint, device=device)
+    model = found.model
     data = classification_data(setup, split, limit)
     scores = evaluate_classifier(model, data)
     paths = []

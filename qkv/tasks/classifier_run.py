@@ -44,7 +44,7 @@ def train_and_score_classifier(
     the best checkpoint and score it on the test split."""
     result = train_with_options(CLASSIFIER, setup, out_dir, given=given, resume=resume, say=say)
     best = result.best_checkpoint or result.last_checkpoint
-    model, _ = load_classifier(best)
+    model = load_classifier(best).model
     scores = evaluate_classifier(model, classification_data(setup, "test"))
     parameters = sum(p.numel() for p in model.parameters())
     return ClassifierRun(result, Path(best), parameters, scores)

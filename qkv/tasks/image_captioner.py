@@ -3,7 +3,7 @@ from ``qkv.decoding``), and the plot of where it looked."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from ..data.karpathy import load_image
 from ..decoding import decode
 from ..decoding.search import check_search
 from ..errors import CheckpointError
+from ..models import LoadedModel
 from ..plotting import plot_image_attention
 from ..training import Checkpoint, load_checkpoint
 
@@ -24,6 +25,7 @@ __all__ = [
     "VOCAB_FILE",
     "Caption",
     "ImageCaptioner",
+    "load_captioner",
     "vocabulary_of",
     "plot_caption_attention",
 ]
@@ -62,31 +64,56 @@ def vocabulary_of(checkpoint: Checkpoint) -> WordVocab:
 CAPTIONER = "captioner"
 
 
-class ImageCaptioner:
-    """A captioning model and its word vocabulary, ready to caption batches of images."""
+def load_captioner(path: str | Path, *, device: str = "cpu") -> LoadedModel:
+    """A captioner's checkpoint (run or step folder): its model (eval mode) and word
+    vocabulary (the loaded model's tokenizer), with the fields of its setup as the run
+    stored them (a dict)."""
+    checkpoint = load_checkpoint(path, map_location=device)
+    if checkpoint.model_type != CAPTIONER:
+        raise ValueError(
+            f"{checkpoint.directory} holds a {checkpoint.model_type!r} model, not a "
+            "captioner; use the command for that model's task"
+        )
+    setup = checkpoint.metadata.get("setup", {})
+    return LoadedModel(
+        checkpoint.model.eval(),
+        vocabulary_of(checkpoint),
+        type(checkpoint.model).__name__,
+        CAPTIONER,
+        source=str(path),
+        setup=dict(setup) if isinstance(setup, Mapping) else {},
+    )
 
-    def __init__(
-        self, model: nn.Module, vocab: WordVocab, *, max_caption_len: int, batch_size: int = 64
-    ):
+
+class ImageCaptioner:
+    """A loaded captioner (its model and word vocabulary: ``loaded``) run on batches of
+    images: captions of at most ``max_caption_len`` words, ``batch_size`` images at a time."""
+
+    def __init__(self, loaded: LoadedModel, *, max_caption_len: int, batch_size: int = 64):
+        model, vocab = loaded.model, loaded.tokenizer
         if len(vocab) != model.config.vocab_size:
             raise ValueError(
                 f"the vocabulary has {len(vocab)} words but the model {model.config.vocab_size}"
             )
-        self.model, self.vocab = model, vocab
+        self.loaded = loaded
         self.max_caption_len, self.batch_size = max_caption_len, batch_size
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, *, device: str = "cpu") -> ImageCaptioner:
-        checkpoint = load_checkpoint(path, map_location=device)
-        if checkpoint.model_type != CAPTIONER:
-            raise ValueError(
-                f"{checkpoint.directory} holds a {checkpoint.model_type!r} model, not a "
-                "captioner; use the command for that model's task"
-            )
-        setup = checkpoint.metadata.get("setup", {})
-        max_caption_len = int(setup.get("max_caption_len", checkpoint.config.max_len - 1))
-        vocab = vocabulary_of(checkpoint)
-        return cls(checkpoint.model, vocab, max_caption_len=max_caption_len)
+        """The captioner of a checkpoint (:func:`load_captioner`), its captions as long as
+        its run's ``max_caption_len`` (a run without one: the model's positions)."""
+        loaded = load_captioner(path, device=device)
+        setup = loaded.setup if isinstance(loaded.setup, Mapping) else {}
+        longest = setup.get("max_caption_len", loaded.model.config.max_len - 1)
+        return cls(loaded, max_caption_len=int(longest))
+
+    @property
+    def model(self) -> nn.Module:
+        return self.loaded.model
+
+    @property
+    def vocab(self) -> WordVocab:
+        return self.loaded.tokenizer
 
     @property
     def device(self) -> torch.device:

@@ -10,7 +10,7 @@ positions extrapolate).
 
 One concept, one module (about 480 lines): the LM task from its setup to the text a trained
 model writes -- the setup, its model config, its data, loading a run back, and the uses of a
-loaded model (context loss, generation), which read the setup and ``LoadedLM`` defined here.
+loaded model (context loss, generation), which read the setup defined here.
 """
 
 from __future__ import annotations
@@ -30,7 +30,14 @@ from ..data.text_tokenizers import TEXT_TOKENIZER_KINDS, encode_prompt, train_te
 from ..data.tokenizers import Tokenizer
 from ..decoding import sample
 from ..errors import CheckpointError, InputError, NotFiniteError
-from ..models import ARCHITECTURES, DecoderLM, LMConfig, architecture_config, window_layers_of
+from ..models import (
+    ARCHITECTURES,
+    DecoderLM,
+    LMConfig,
+    LoadedModel,
+    architecture_config,
+    window_layers_of,
+)
 from ..pretrained import FolderTokenizer
 from ..training import TrainConfig, TrainResult, load_checkpoint
 from .lm_start import (
@@ -53,7 +60,7 @@ __all__ = [
     "lm_config",
     "train_lm",
     "load_lm",
-    "LoadedLM",
+    "lm_of",
     "LMStart",
     "encode_text",
     "encode_documents",
@@ -92,7 +99,7 @@ def context_loss(
 
 
 def generate_text(
-    lm: LoadedLM,
+    lm: LoadedModel,
     prompt: str,
     *,
     max_new_tokens: int,
@@ -444,27 +451,11 @@ def train_lm(
     return train_task(LM, setup, config, out_dir, resume=resume)
 
 
-@dataclass
-class LoadedLM:
-    model: DecoderLM
-    tokenizer: Tokenizer
-    setup: LMSetup | None
-    #: qkv's LMs learn from running text, with no end token: generation runs to its length
-    #: (a model fine-tuned from a folder keeps the folder's end tokens).
-    eos_ids: tuple[int, ...] = ()
-
-    def too_long(self, length: int) -> str:
-        """What to do about a prompt of ``length`` tokens past the model's positions."""
-        limit = self.model.max_positions
-        return (
-            f"the prompt has {length} tokens, but this model learned only max_len={limit} "
-            f"positions; shorten the prompt to at most {limit} tokens, or train a model whose "
-            "positions extend past max_len (positions 'sinusoidal', 'rope' or 'alibi')"
-        )
-
-
-def load_lm(path: str | Path, *, device: str | torch.device = "cpu") -> LoadedLM:
-    """A trained language model and its tokenizer, from a run folder or a step folder."""
+def load_lm(path: str | Path, *, device: str | torch.device = "cpu") -> LoadedModel:
+    """A trained language model (eval mode) and its tokenizer, from a run folder or a step
+    folder, with the run's setup (None: a run written without one) and its end tokens (a
+    model fine-tuned from a folder keeps the folder's; qkv's own LMs learn from running text
+    without one, and generation runs to its length)."""
     checkpoint = load_checkpoint(path, map_location=device, expect_type=LM_MODEL)
     if TOKENIZER_FILE not in checkpoint.tokenizers:
         raise CheckpointError(
@@ -474,4 +465,37 @@ def load_lm(path: str | Path, *, device: str | torch.device = "cpu") -> LoadedLM
     setup = LMSetup(**fields) if isinstance(fields, dict) else None
     tokenizer = checkpoint.tokenizers[TOKENIZER_FILE]
     eos_ids = LMStart.of_run(tokenizer, checkpoint.metadata).eos_ids
-    return LoadedLM(checkpoint.model, tokenizer, setup, eos_ids)
+    return LoadedModel(
+        checkpoint.model.eval(),
+        tokenizer,
+        "qkv lm",
+        LM_MODEL,
+        source=str(path),
+        eos_ids=eos_ids,
+        setup=setup,
+    )
+
+
+def lm_of(loaded: LoadedModel) -> tuple[DecoderLM, LMSetup | None]:
+    """The network and the run's setup of a language model :func:`load_lm` read (or a
+    folder's, whose setup is None); another model is an InputError."""
+    if not isinstance(loaded.model, DecoderLM):
+        raise InputError(
+            f"{loaded.source or 'the model'} is a {loaded.name} model, not a language model"
+        )
+    return loaded.model, loaded.setup if isinstance(loaded.setup, LMSetup) else None
+
+
+def __getattr__(name: str) -> object:
+    # LoadedLM went when every loader came to return one LoadedModel (kept for one release)
+    if name == "LoadedLM":
+        import warnings
+
+        warnings.warn(
+            "qkv.tasks.lm.LoadedLM is deprecated: load_lm returns qkv.models.LoadedModel; the "
+            "alias goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return LoadedModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

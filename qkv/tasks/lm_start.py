@@ -28,7 +28,7 @@ from typing import Any
 from ..data.batch import BOS_ID
 from ..errors import CheckpointError, InputError, MissingFileError
 from ..models import DecoderLM
-from ..pretrained import LLAMA_FAMILIES, PretrainedLM, load_pretrained
+from ..pretrained import LLAMA_FAMILIES, load_pretrained
 from ..pretrained.files import read_config
 from ..pretrained.gpt2 import gpt2_config_from_hf
 from ..pretrained.llama import llama_config_from_hf
@@ -255,7 +255,7 @@ def load_start(setup: Any) -> LMStart:
         eos_ids = LMStart.of_run(tokenizer, checkpoint.metadata).eos_ids
     else:
         loaded = load_pretrained(setup.init_from)
-        assert isinstance(loaded, PretrainedLM)  # read_start refused every other family
+        # read_start refused every other family: the model is a DecoderLM
         model, tokenizer, eos_ids = loaded.model, loaded.tokenizer, loaded.eos_ids
     if tokenizer.vocab_size > model.config.vocab_size:
         raise CheckpointError(

@@ -26,7 +26,7 @@ from ..data import (
 from ..data.tokenizers import Tokenizer
 from ..errors import CheckpointError, DataError, InputError
 from ..layers import available_scores
-from ..models import RNNConfig, TransformerConfig, build_model
+from ..models import LoadedModel, RNNConfig, TransformerConfig, build_model
 from ..training import TrainConfig, TrainResult, load_checkpoint
 from ..training.state import default_batches
 from .presets import SMALL_DATA_TRANSFORMER, Preset, preset_for, sizes_of
@@ -285,7 +285,9 @@ def _sample(data: TranslationDataset, config: TrainConfig) -> tuple[Batch, int]:
 
 def _bleu_callback(tokenizer: Tokenizer, pairs: list, max_len: int):
     def evaluate(model: nn.Module) -> dict[str, float]:
-        translator = Translator(model, tokenizer, max_len=max_len)
+        # the model in training, scored as the translator it is becoming
+        loaded = LoadedModel(model, tokenizer, type(model).__name__, "")
+        translator = Translator(loaded, max_len=max_len)
         hypotheses = [t.text for t in translator.translate([p.source for p in pairs], beam=1)]
         from ..evaluation import corpus_scores
 

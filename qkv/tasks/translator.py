@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import math
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,12 +20,14 @@ from ..decoding.search import check_search
 from ..errors import CheckpointError, DataError, InputError, QkvError
 from ..evaluation import LengthBucket, Scores, bleu_by_length, corpus_scores
 from ..explore import teacher_forced_attention
+from ..models import LoadedModel
 from ..training import checkpoint_model_type, load_checkpoint
 
 __all__ = [
     "reading_errors",
     "Translation",
     "Translator",
+    "load_translator",
     "TranslationReport",
     "evaluate_translation",
     "score_translator",
@@ -66,37 +68,58 @@ class Translation:
 OTHER_TASKS: dict[str, str] = {}
 
 
-class Translator:
-    """A model and its tokenizer, ready to translate batches of sentences."""
+def load_translator(path: str | Path, *, device: str = "cpu") -> LoadedModel:
+    """A translator's checkpoint (run or step folder): its model (eval mode) and tokenizer,
+    with the fields of its setup as the run stored them (a dict).  A checkpoint of another
+    family is refused with the commands that read it."""
+    with reading_errors(CheckpointError):
+        model_type = checkpoint_model_type(path)
+    if model_type not in TRANSLATION_MODELS:
+        use = OTHER_TASKS.get(model_type, "the command for that model's task")
+        raise CheckpointError(
+            f"{path} holds a {model_type!r} model, not a translator "
+            f"({', '.join(TRANSLATION_MODELS)}); use {use}"
+        )
+    with reading_errors(CheckpointError):
+        checkpoint = load_checkpoint(path, map_location=device)
+    if "tokenizer" not in checkpoint.tokenizers:
+        raise CheckpointError(
+            f"{checkpoint.directory} has no tokenizer file; it was not written by qkv train translation"
+        )
+    setup = checkpoint.metadata.get("setup", {})
+    return LoadedModel(
+        checkpoint.model.eval(),
+        checkpoint.tokenizers["tokenizer"],
+        type(checkpoint.model).__name__,
+        model_type,
+        source=str(path),
+        setup=dict(setup) if isinstance(setup, Mapping) else {},
+    )
 
-    def __init__(
-        self, model: nn.Module, tokenizer: Tokenizer, *, max_len: int, batch_size: int = 64
-    ):
-        self.model, self.tokenizer = model, tokenizer
+
+class Translator:
+    """A loaded translator (its model and tokenizer: ``loaded``) run on batches of sentences:
+    sources cut at ``max_len`` tokens, ``batch_size`` sentences at a time."""
+
+    def __init__(self, loaded: LoadedModel, *, max_len: int, batch_size: int = 64):
+        self.loaded = loaded
         self.max_len, self.batch_size = max_len, batch_size
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, *, device: str = "cpu") -> Translator:
-        with reading_errors(CheckpointError):
-            model_type = checkpoint_model_type(path)
-        if model_type not in TRANSLATION_MODELS:
-            use = OTHER_TASKS.get(model_type, "the command for that model's task")
-            raise CheckpointError(
-                f"{path} holds a {model_type!r} model, not a translator "
-                f"({', '.join(TRANSLATION_MODELS)}); use {use}"
-            )
-        with reading_errors(CheckpointError):
-            checkpoint = load_checkpoint(path, map_location=device)
-        if "tokenizer" not in checkpoint.tokenizers:
-            raise CheckpointError(
-                f"{checkpoint.directory} has no tokenizer file; it was not written by qkv train translation"
-            )
-        setup = checkpoint.metadata.get("setup", {})
-        return cls(
-            checkpoint.model,
-            checkpoint.tokenizers["tokenizer"],
-            max_len=int(setup.get("max_len", 128)),
-        )
+        """The translator of a checkpoint (:func:`load_translator`), cut at its run's
+        ``max_len``."""
+        loaded = load_translator(path, device=device)
+        setup = loaded.setup if isinstance(loaded.setup, Mapping) else {}
+        return cls(loaded, max_len=int(setup.get("max_len", 128)))
+
+    @property
+    def model(self) -> nn.Module:
+        return self.loaded.model
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.loaded.tokenizer
 
     @property
     def device(self) -> torch.device:

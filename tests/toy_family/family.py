@@ -19,6 +19,7 @@ from qkv.errors import InputError
 from qkv.explore import ExplorerAdapter, ExploreRequest, explore
 from qkv.explore.views import attention_view
 from qkv.families import ExplorerPage, Family, TrainCommand, ViewRequest, train_with_spec
+from qkv.models import LoadedModel
 from qkv.tasks.evaluate import Evaluation, EvaluationRequest
 from qkv.tasks.presets import Preset
 from qkv.tasks.task import TaskData, TaskSpec, setup_field
@@ -160,10 +161,15 @@ class ToyAdapter(ExplorerAdapter):
         return pages
 
 
+def load(checkpoint: str | Path, /, *, device: str = "cpu") -> LoadedModel:
+    found = load_checkpoint(checkpoint, map_location=device)
+    setup = ToySetup(**found.metadata["setup"])
+    return LoadedModel(found.model, DigitTokens(), "toy", TOY_MODEL, str(checkpoint), setup=setup)
+
+
 def view(checkpoint: str, inputs: Sequence[str], request: ViewRequest) -> ExplorerPage:
-    found = load_checkpoint(checkpoint, map_location=request.device)
-    data = explore(found.model, list(inputs), tokenizer=DigitTokens())
-    return ExplorerPage(data)
+    loaded = load(checkpoint, device=request.device)
+    return ExplorerPage(explore(loaded.model, list(inputs), tokenizer=loaded.tokenizer))
 
 
 FAMILY = Family(
@@ -182,5 +188,6 @@ FAMILY = Family(
     score=score,
     explorers={TOY_MODEL: ToyAdapter()},
     view=view,
+    loader=load,
     modules=("tests.toy_family",),
 )
