@@ -128,7 +128,7 @@ def eager_run(folder: Path, loaded, texts, pictures):
 @pytest.mark.parametrize("name", ["clip", "siglip"])
 def test_both_towers_and_the_similarity_equal_eager(folders, name):
     loaded = load_folder(folders[name])
-    assert loaded.architecture == {"clip": "CLIPModel", "siglip": "SiglipModel"}[name]
+    assert loaded.name == {"clip": "CLIPModel", "siglip": "SiglipModel"}[name]
     pictures = [str(p) for p in folders["pictures"]]
     inputs = [pictures[0], TEXT, pictures[1], TARGET]
     theirs, pixels = eager_run(folders[name], loaded, [TEXT, TARGET], pictures)
@@ -148,9 +148,9 @@ def test_both_towers_and_the_similarity_equal_eager(folders, name):
     assert data["model"]["kind"] == "dual-encoder"
     assert (
         data["model"]["implementation"]
-        == f"transformers {loaded.architecture} through qkv's attention"
+        == f"transformers {loaded.name} through qkv's attention"
     )
-    assert data["model"]["page"]["info"].startswith(f"{loaded.architecture}: dual encoder")
+    assert data["model"]["page"]["info"].startswith(f"{loaded.name}: dual encoder")
     pages = data["inputs"]
     assert [p["name"] for p in pages] == ["picture0.png", TEXT, "picture1.png", TARGET]
     assert [[v["id"] for v in p["views"]] for p in pages] == [["vision"], ["text"]] * 2

@@ -44,7 +44,7 @@ def test_each_entry_draws_its_towers_view_without_console_errors(browser, pages,
     _, loaded, data = pages["found"][name]
     browser.get_log("browser")  # start from an empty log
     open_page(browser, pages, name)
-    architecture = loaded.architecture
+    architecture = loaded.name
     expected = (f"{architecture}: dual encoder", f"transformers {architecture} through qkv's")
     header = browser.find_element("id", "model-info").text
     assert all(part in header for part in expected), header
