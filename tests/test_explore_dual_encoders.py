@@ -146,10 +146,7 @@ def test_both_towers_and_the_similarity_equal_eager(folders, name):
     # the page: one entry per input, in the order given
     data = explore(loaded.model, inputs, tokenizer=loaded.tokenizer)
     assert data["model"]["kind"] == "dual-encoder"
-    assert (
-        data["model"]["implementation"]
-        == f"transformers {loaded.name} through qkv's attention"
-    )
+    assert data["model"]["implementation"] == f"transformers {loaded.name} through qkv's attention"
     assert data["model"]["page"]["info"].startswith(f"{loaded.name}: dual encoder")
     pages = data["inputs"]
     assert [p["name"] for p in pages] == ["picture0.png", TEXT, "picture1.png", TARGET]
