@@ -73,9 +73,7 @@ def load_folder(
     if via == "transformers" or (via is None and model_type not in ARCHITECTURES):
         from .transformers_folders import load_transformers_folder
 
-        model, tokenizer, eos_ids = load_transformers_folder(folder, device=device)
-        name, kind = model.architecture, str(model_type or "")
-        return LoadedModel(model, tokenizer, name, kind, str(folder), folder=True, eos_ids=eos_ids)
+        return load_transformers_folder(folder, device=device, model_type=str(model_type or ""))
     known = ", ".join(f"{name} ({arch})" for name, (_, arch) in ARCHITECTURES.items())
     if model_type not in ARCHITECTURES:
         raise CheckpointError(

@@ -46,6 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from qkv.errors import CheckpointError, InputError, QkvError
+from qkv.models import LoadedModel
 
 from .compact import DENSE_TOKENS, compact_view, kept_keys
 from .language import INDUCTION_LENGTH
@@ -160,10 +161,12 @@ class TextTokenizer:
 # -- loading -------------------------------------------------------------------------------
 
 
-def load_transformers_folder(folder: Path, *, device: str | torch.device = "cpu"):
-    """The folder's model as a :class:`TransformersFolder` on ``device``, its tokenizer
-    (None for a vision model, whose processor the model holds) and its end tokens, or one
-    clear error: no transformers, a folder it cannot load, attention that bypasses the
+def load_transformers_folder(
+    folder: Path, *, device: str | torch.device = "cpu", model_type: str = ""
+) -> LoadedModel:
+    """The folder as a loaded model: a :class:`TransformersFolder` on ``device``, named by
+    transformers' class, its tokenizer (None for a vision model, whose processor the model
+    holds) and its end tokens; ``model_type``: config.json's.  Or one clear error: no transformers, a folder it cannot load, attention that bypasses the
     interface, a text-and-vision model that is not a dual encoder.
 
     The family comes from transformers' own tables: an encoder-decoder config, a causal-LM
@@ -221,9 +224,12 @@ def load_transformers_folder(folder: Path, *, device: str | torch.device = "cpu"
         )
     model = wrapper(hf, architecture=architecture, processor=processor).to(device).eval()
     if wrapper is TransformersVision:
-        return model, None, ()
+        return LoadedModel(model, None, model.architecture, model_type, str(folder), folder=True)
     tokenizer = _quietly(transformers.AutoTokenizer.from_pretrained, folder, what="its tokenizer")
-    return model, TextTokenizer(tokenizer), eos_ids(model)
+    return LoadedModel(
+        model, TextTokenizer(tokenizer), model.architecture, model_type, str(folder),
+        folder=True, eos_ids=eos_ids(model),
+    )  # fmt: skip
 
 
 def _quietly(load, folder, *, what: str, **options):
