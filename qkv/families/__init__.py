@@ -6,51 +6,14 @@ The built-in families (translation, captioning, classifier, lm) are registered o
 a family of one's own is one more :func:`register_family` call (tests/toy_family shows one).
 """
 
-from . import captioning, classifier, lm, translation
-from .record import (
-    AnyFamily,
-    ExplorerPage,
-    ExplorerView,
-    Family,
-    Loader,
-    Scorer,
-    TrainCommand,
-    Trained,
-    Trainer,
-    ViewRequest,
-    evaluate_checkpoint,
-    explore_with,
-    families,
-    family_named,
-    family_of_checkpoint,
-    family_of_type,
-    register_family,
-    train_with_spec,
-)
+from . import captioning, classifier, lm, record, translation
+from .record import *  # noqa: F403  (the record's names are the package's interface)
 
 # in this order: the order of `qkv train --help`
-register_family(translation.FAMILY)
-register_family(captioning.FAMILY)
-register_family(classifier.FAMILY)
-register_family(lm.FAMILY)
+record.register_family(translation.FAMILY)
+record.register_family(captioning.FAMILY)
+record.register_family(classifier.FAMILY)
+record.register_family(lm.FAMILY)
 
-__all__ = [
-    "AnyFamily",
-    "Family",
-    "TrainCommand",
-    "Trained",
-    "Trainer",
-    "Scorer",
-    "ExplorerView",
-    "ExplorerPage",
-    "ViewRequest",
-    "Loader",
-    "explore_with",
-    "train_with_spec",
-    "register_family",
-    "families",
-    "family_named",
-    "family_of_type",
-    "family_of_checkpoint",
-    "evaluate_checkpoint",
-]
+__all__: list[str] = []
+__all__ += record.__all__  # the record's names, the package's whole interface

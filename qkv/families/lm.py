@@ -16,14 +16,7 @@ from ..tasks.lm import LM, LM_MODEL, LMSetup, context_loss, encode_text, lm_of, 
 from ..tasks.presets import LM_FINETUNE, LM_SIZES
 from ..tasks.translator import reading_errors
 from ..training import TrainResult
-from .record import (
-    ExplorerPage,
-    Family,
-    TrainCommand,
-    ViewRequest,
-    explore_with,
-    train_with_spec,
-)
+from .record import ExplorerPage, Family, TrainCommand, ViewRequest, explore_with, train_with_spec
 
 __all__ = ["FAMILY"]
 

@@ -11,14 +11,7 @@ from ..tasks.evaluate import Evaluation, EvaluationRequest, data_to_score
 from ..tasks.presets import RNN_SIZES, TRANSFORMER_SIZES
 from ..tasks.translation import TRANSLATION, TranslationSetup
 from ..tasks.translator import TRANSLATION_MODELS, Translator, load_translator, score_translator
-from .record import (
-    ExplorerPage,
-    Family,
-    TrainCommand,
-    ViewRequest,
-    explore_with,
-    train_with_spec,
-)
+from .record import ExplorerPage, Family, TrainCommand, ViewRequest, explore_with, train_with_spec
 
 __all__ = ["FAMILY"]
 
