@@ -14,6 +14,7 @@ by qkv's layers with the folder's weights.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,19 @@ from qkv import pretrained
 from qkv.errors import CheckpointError, InputError, MissingFileError
 from qkv.pretrained import FolderTokenizer
 
-from .registry import ExplorerAdapter, ExploreRequest, register_explorer
+from .registry import ExplorerAdapter, ExploreRequest, PageKind, register_explorer
 from .summaries import attention_rollout, head_summary, quantize
 from .vectors import stored_vectors
 from .views import attention_view, decoded_text, model_device
 
-__all__ = ["FolderTokenizer", "LoadedFolder", "load_folder", "EncoderAdapter", "ARCHITECTURES"]
+__all__ = [
+    "FolderTokenizer",
+    "LoadedFolder",
+    "load_folder",
+    "EncoderAdapter",
+    "ARCHITECTURES",
+    "ENCODER_PAGE",
+]
 
 #: config.json's model_type -> (the loader's name in qkv.pretrained, the page's description).
 ARCHITECTURES = {
@@ -112,11 +120,22 @@ def load_folder(
     return LoadedFolder(lm.model.eval(), tokenizer, architecture, eos_ids=lm.eos_ids)
 
 
+def _encoder_info(m: Mapping[str, Any]) -> str:
+    sizes = f"{m['layers']} layers, {m['heads']} heads"
+    return f"{m.get('architecture') or 'encoder'}: {sizes}, bidirectional"
+
+
+#: A text encoder's page: the tokens' self-attention, both ways, in every layer and head (a
+#: folder read by transformers fills it too).
+ENCODER_PAGE = PageKind(info=_encoder_info, multi_head=True, source_row="tokens")
+
+
 class EncoderAdapter(ExplorerAdapter):
     """A BERT encoder on texts; ``tokenizer`` a :class:`FolderTokenizer` (or anything with
     ``encode`` giving ids with [CLS] / [SEP], and ``tokens``)."""
 
     kind, views = "encoder", ("encoder",)
+    page = ENCODER_PAGE
     vectors = True
     config_facts = {"layers": "num_layers", "heads": "num_heads", "positions": "max_len"}
 

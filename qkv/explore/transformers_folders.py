@@ -33,7 +33,7 @@ transformers is imported only when such a folder is opened (``pip install -e ".[
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,8 +44,10 @@ from torch import Tensor, nn
 from qkv.errors import CheckpointError, InputError, QkvError
 
 from .compact import DENSE_TOKENS, compact_view, kept_keys
-from .language import INDUCTION_LENGTH
-from .registry import ExplorerAdapter, ExploreRequest, register_explorer
+from .decoders import TRANSFORMER_PAGE
+from .language import INDUCTION_LENGTH, LM_PAGE
+from .pretrained import ENCODER_PAGE
+from .registry import ExplorerAdapter, ExploreRequest, PageKind, register_explorer
 from .summaries import attention_rollout, head_summary, quantize
 from .vectors import page_vectors
 from .views import VIEW_TITLES, attention_view, decoded_text, png_data_uri
@@ -494,6 +496,7 @@ class EncoderFolderAdapter(TransformersAdapter):
     """A text encoder: bidirectional self-attention on each text."""
 
     kind, views = "encoder", ("encoder",)
+    page = ENCODER_PAGE
 
     def text_attention(self, model, tokenizer, text, index: int = 0):
         ids = self.ids(model, tokenizer, text, index)
@@ -531,6 +534,7 @@ class DecoderFolderAdapter(TransformersAdapter):
     """A causal language model: the prompt's (and generated tokens') self-attention."""
 
     kind, views = "lm", ("self",)
+    page = LM_PAGE
     generates = True
 
     def facts(self, model) -> dict[str, Any]:
@@ -643,6 +647,7 @@ class Seq2SeqFolderAdapter(TransformersAdapter):
     output."""
 
     kind, views = "transformer", ("encoder", "decoder", "cross")
+    page = TRANSFORMER_PAGE
     takes_targets = True
 
     def facts(self, model) -> dict[str, Any]:
@@ -758,10 +763,22 @@ class Seq2SeqFolderAdapter(TransformersAdapter):
         }
 
 
+def _vision_info(m: Mapping[str, Any]) -> str:
+    patch = f"{m['patch']}\u00d7{m['patch']}-pixel " if m.get("patch") else ""
+    sizes = f"{m['layers']} layers, {m['heads']} heads"
+    return f"{m.get('architecture') or 'vision model'}: {sizes} over {patch}patches"
+
+
+#: A vision model's page: the patches' self-attention in every layer and head, the query
+#: patch picked on the picture.
+VISION_PAGE = PageKind(info=_vision_info, multi_head=True, term="query", pick_regions=True)
+
+
 class VisionFolderAdapter(TransformersAdapter):
     """A vision model on image files: the patches' self-attention over the picture."""
 
     kind, views = "vision", ("self",)
+    page = VISION_PAGE
 
     def facts(self, model) -> dict[str, Any]:
         facts = super().facts(model)

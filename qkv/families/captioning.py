@@ -83,11 +83,4 @@ FAMILY = Family(
     explorers={CAPTIONER: explorer_of_type(CAPTIONER)},
     view=view,
     commands={CAPTIONER: "qkv caption --attention-out, qkv evaluate or qkv explore"},
-    modules=(
-        "qkv.families.captioning",
-        "qkv.tasks.captioning",
-        "qkv.tasks.image_captioner",
-        "qkv.tasks.captioning_demo",
-        "qkv.models.captioner",
-    ),
 )

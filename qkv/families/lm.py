@@ -106,12 +106,4 @@ FAMILY = Family(
     explorers={LM_MODEL: explorer_of_type(LM_MODEL)},
     view=view,
     text_model=text_model,
-    modules=(
-        "qkv.families.lm",
-        "qkv.tasks.lm",
-        "qkv.tasks.lm_start",
-        "qkv.tasks.pretrained_lm",
-        "qkv.models.lm",
-        "qkv.explore.language",
-    ),
 )

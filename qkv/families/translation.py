@@ -77,12 +77,4 @@ FAMILY = Family(
     score=score,
     explorers={name: explorer_of_type(name) for name in TRANSLATION_MODELS},
     view=view,
-    modules=(
-        "qkv.families.translation",
-        "qkv.tasks.translation",
-        "qkv.tasks.translator",
-        "qkv.tasks.demo",
-        "qkv.models.transformer",
-        "qkv.models.rnn",
-    ),
 )
