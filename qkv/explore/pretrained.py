@@ -14,7 +14,6 @@ by qkv's layers with the folder's weights.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,10 @@ from qkv import pretrained
 from qkv.errors import CheckpointError, InputError, MissingFileError
 from qkv.pretrained import FolderTokenizer
 
-from .registry import ExplorerAdapter, ExploreRequest, PageKind, register_explorer
+from .registry import ExplorerAdapter, ExploreRequest, register_explorer
 from .summaries import attention_rollout, head_summary, quantize
 from .vectors import stored_vectors
-from .views import attention_view, decoded_text, model_device
+from .views import ENCODER_PAGE, attention_view, decoded_text, model_device
 
 __all__ = [
     "FolderTokenizer",
@@ -37,7 +36,6 @@ __all__ = [
     "load_folder",
     "EncoderAdapter",
     "ARCHITECTURES",
-    "ENCODER_PAGE",
 ]
 
 #: config.json's model_type -> (the loader's name in qkv.pretrained, the page's description).
@@ -118,16 +116,6 @@ def load_folder(
         return LoadedFolder(model.to(device).eval(), tokenizer, architecture)
     lm = loader(folder, device=device)
     return LoadedFolder(lm.model.eval(), tokenizer, architecture, eos_ids=lm.eos_ids)
-
-
-def _encoder_info(m: Mapping[str, Any]) -> str:
-    sizes = f"{m['layers']} layers, {m['heads']} heads"
-    return f"{m.get('architecture') or 'encoder'}: {sizes}, bidirectional"
-
-
-#: A text encoder's page: the tokens' self-attention, both ways, in every layer and head (a
-#: folder read by transformers fills it too).
-ENCODER_PAGE = PageKind(info=_encoder_info, multi_head=True, source_row="tokens")
 
 
 class EncoderAdapter(ExplorerAdapter):

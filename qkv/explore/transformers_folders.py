@@ -46,11 +46,10 @@ from qkv.errors import CheckpointError, InputError, QkvError
 from .compact import DENSE_TOKENS, compact_view, kept_keys
 from .decoders import TRANSFORMER_PAGE
 from .language import INDUCTION_LENGTH, LM_PAGE
-from .pretrained import ENCODER_PAGE
 from .registry import ExplorerAdapter, ExploreRequest, PageKind, register_explorer
 from .summaries import attention_rollout, head_summary, quantize
 from .vectors import page_vectors
-from .views import VIEW_TITLES, attention_view, decoded_text, png_data_uri
+from .views import ENCODER_PAGE, VIEW_TITLES, attention_view, decoded_text, png_data_uri
 
 __all__ = [
     "TransformersFolder",
