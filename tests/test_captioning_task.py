@@ -31,7 +31,9 @@ from qkv.tasks import (
     train_captioning,
 )
 from qkv.tasks.captioning import (
+    KARPATHY_LAMBDA,
     MODEL_FIELDS,
+    SCENES_LAMBDA,
     CaptionTrainingData,
     build_captioner,
     remember_images,
@@ -472,8 +474,10 @@ def test_every_model_field_of_the_setup_reaches_the_config():
 
 
 def test_lambda_defaults_by_the_data_and_an_explicit_value_wins():
-    assert CaptioningSetup().doubly_stochastic == 0.0  # the scenes: measured in docs/results.md
-    assert CaptioningSetup(data="flickr8k.json").doubly_stochastic == 0.1
+    # each data's own (the scenes': measured in docs/results.md), where the data is known
+    assert CaptioningSetup().doubly_stochastic == SCENES_LAMBDA
+    assert CaptioningSetup(data="flickr8k.json").doubly_stochastic == KARPATHY_LAMBDA
+    assert build_captioner(CaptioningSetup(), 9).config.doubly_stochastic == SCENES_LAMBDA
     assert CaptioningSetup(doubly_stochastic=0.5).doubly_stochastic == 0.5
     assert (
         build_captioner(CaptioningSetup(doubly_stochastic=0.5), 9).config.doubly_stochastic == 0.5

@@ -9,6 +9,7 @@ import pytest
 
 from qkv.cli.main import build_parser, main
 from qkv.tasks import Translator, score_translator
+from qkv.tasks.presets import recipe_for
 
 COMMANDS = [
     ["demo"],
@@ -116,7 +117,8 @@ def test_resume_continues_and_refuses_a_different_setup(tiny_run, capsys):
     # 2 once qkv.training names this refusal with a QkvError; a plain ValueError there
     # is reported as a bug (1), with the same message
     assert main(changed) in (1, 2)
-    assert "train.lr 0.003 -> 0.1" in capsys.readouterr().err
+    peak = recipe_for("transformer", "small").lr  # the lr the run was started with
+    assert f"train.lr {peak!r} -> 0.1" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,7 @@ def browser(tmp_path_factory):
 def pages(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pretrained-pages")
     loaded = load_folder(minilm.get_model_path())
-    data = explore(loaded.model, [TEXT], tokenizer=loaded.tokenizer)
-    data["model"]["architecture"] = loaded.name
+    data = explore(loaded.model, [TEXT], tokenizer=loaded.tokenizer, architecture=loaded.name)
     write_html(data, folder / "minilm.html")
     return {"folder": folder, "data": data, "ids": loaded.tokenizer.encode(TEXT)}
 

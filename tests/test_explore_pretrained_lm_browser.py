@@ -37,8 +37,13 @@ def pages(tmp_path_factory, gpt2_folder):  # noqa: F811
             save_random(model_folder, family)
             save_tokenizer(model_folder)
         loaded = load_folder(model_folder)
-        data = explore(loaded.model, [TEXT], tokenizer=loaded.tokenizer, vectors="all")
-        data["model"]["architecture"] = loaded.name
+        data = explore(
+            loaded.model,
+            [TEXT],
+            tokenizer=loaded.tokenizer,
+            vectors="all",
+            architecture=loaded.name,
+        )
         write_html(data, folder / f"{family}.html")
         found[family] = (model_folder, loaded.tokenizer.encode(TEXT), loaded.name)
     return {"folder": folder, "found": found}

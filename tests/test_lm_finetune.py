@@ -261,7 +261,8 @@ def test_a_qkv_run_fine_tunes_with_its_model_and_tokenizer(tmp_path, capsys):
     run = tmp_path / "run"
     options = ["--init-from", base, "--tokenizer", "char", "--lr", 3e-3, "--max-steps", 30]
     assert train(data, run, *options) == 0
-    assert f"init from {base}: a qkv run's model, 4 layers x 128 wide" in capsys.readouterr().out
+    sizes = f"{start.model.config.num_layers} layers x {start.model.config.d_model} wide"
+    assert f"init from {base}: a qkv run's model, {sizes}" in capsys.readouterr().out
     tuned = load_lm(run)
     assert tuned.model.config == start.model.config
     assert tuned.setup.context == CONTEXT  # the run's context (its positions: 32)

@@ -11,8 +11,10 @@ import torch
 
 from qkv.training import TrainConfig, read_pointer
 from qkv.training.checkpoint import load_trainer_state
-from qkv.training.schedules import PlateauLR, PlateauMultiplier, build_schedule
+from qkv.training.schedules import PlateauLR, PlateauMultiplier, build_schedule, schedule_option
 from tests.train_worker import ToyConfig, ToySeq2Seq, copy_data, parameters, small_run
+
+PLATEAU_OPTIONS = {"plateau_factor", "plateau_patience"}
 
 
 def test_the_multiplier_follows_a_hand_computed_sequence_of_validation_losses():
@@ -190,7 +192,8 @@ def test_a_checkpoint_with_the_plateau_knobs_as_fields_resumes_with_them():
     from qkv.training.state import check_resumable
 
     config = TrainConfig(device="cpu", schedule="plateau")
-    assert config.schedule_options == {"plateau_factor": 0.5, "plateau_patience": 2}
+    defaults = {name: schedule_option(name).default for name in config.schedule_options}
+    assert config.schedule_options == defaults and set(defaults) == PLATEAU_OPTIONS
     legacy = {k: v for k, v in config.to_dict().items() if k != "schedule_options"}
     legacy |= {"plateau_factor": 0.25, "plateau_patience": 3}
     saved = dict(
@@ -252,9 +255,10 @@ def test_the_plateau_flags_set_the_schedules_options_and_trainconfig_has_no_plat
     given = given_train_values(args)
     assert given["schedule_options"] == {"plateau_factor": 0.25}
     config = train_config(preset_for("transformer", "small"), given)
-    assert config.schedule_options == {"plateau_factor": 0.25, "plateau_patience": 2}
+    patience = schedule_option("plateau_patience").default  # not given: the option's own
+    assert config.schedule_options == {"plateau_factor": 0.25, "plateau_patience": patience}
     optimizer = torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1.0)
     scheduler = build_schedule("plateau", optimizer, warmup_steps=0, **config.schedule_options)
-    assert (scheduler.multiplier.factor, scheduler.multiplier.patience) == (0.25, 2)
+    assert (scheduler.multiplier.factor, scheduler.multiplier.patience) == (0.25, patience)
     # the other schedules read no option; their configs carry none unless given
     assert TrainConfig().schedule_options == {}

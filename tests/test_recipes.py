@@ -10,7 +10,7 @@ import torch
 
 from qkv.cli.main import main
 from qkv.errors import InputError
-from qkv.tasks.presets import RECIPES, recipe_for
+from qkv.tasks.presets import CAPTIONER_SIZES, RECIPES, recipe_for
 from qkv.training import TrainConfig, load_checkpoint
 from qkv.training.checkpoint import load_trainer_state
 from qkv.training.recipes import (
@@ -59,10 +59,11 @@ def test_planned_steps_is_the_smallest_budget():
     assert planned_steps(TrainConfig(epochs=4), updates_per_epoch=None) is None
 
 
-def test_every_family_has_a_recipe_and_the_paper_keeps_its_schedule():
+def test_every_family_has_a_recipe_and_the_paper_keeps_its_warm_up():
     for family, size in [(f, s) for f in ("transformer", "rnn") for s in ("small", "medium")]:
         assert recipe_for(family, size).lr > 0
-    assert RECIPES[("transformer", "base")] == Recipe(lr=5e-4, warmup_steps=4000, max_tokens=4096)
+    # a published value, not a tuned one: Vaswani et al. (2017), section 5.3
+    assert RECIPES[("transformer", "base")].warmup_steps == 4000
     with pytest.raises(InputError, match="no training recipe for rnn/huge"):
         recipe_for("rnn", "huge")
 
@@ -99,23 +100,33 @@ def _train(corpus, out, *extra):
     return main([*argv, *extra])
 
 
+def _fitted(recipe: Recipe, planned: int):
+    """What the run should use: ``recipe`` fitted to ``planned`` steps, as
+    (lr, warm-up, batch tokens), and the line the CLI says it with (reason left out)."""
+    chosen = choose_schedule(recipe, UserSchedule(), planned=planned)
+    values = (chosen.lr, chosen.warmup_steps, chosen.max_tokens)
+    return values, chosen.describe().partition(" (")[0], chosen
+
+
 def test_the_cli_fits_the_schedule_to_the_run_and_records_it(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     # 14 pairs make one batch: 10 epochs would plan 10 steps, so the epochs are unbounded
     assert (
         _train(corpus, out, "--max-steps", "20", "--epochs", "0", "--model", "rnn-attention") == 0
     )
+    # the recipe of the size the run takes (small), fitted to the 20 steps it plans
+    values, line, chosen = _fitted(recipe_for("rnn", "small"), planned=20)
     said = capsys.readouterr().out
-    assert "schedule: peak lr 0.003, 4 warm-up steps, batches of 1024 tokens" in said
+    assert line in said
     saved = load_trainer_state(out / "checkpoints" / "step-000020")["train_config"]
-    assert (saved["lr"], saved["warmup_steps"], saved["max_tokens"]) == (3e-3, 4, 1024)
+    assert (saved["lr"], saved["warmup_steps"], saved["max_tokens"]) == values
     metadata = load_checkpoint(out).metadata["schedule"]
-    assert metadata["warmup_steps"] == 4 and "20% of ~20 planned steps" in metadata["reason"]
+    assert metadata["warmup_steps"] == chosen.warmup_steps and metadata["reason"] == chosen.reason
     # resumed with a larger budget: the run keeps the values it started with
     resumed = ["--max-steps", "30", "--epochs", "0", "--model", "rnn-attention", "--resume"]
     assert _train(corpus, out, *resumed) == 0
     saved = load_trainer_state(out / "checkpoints" / "step-000030")["train_config"]
-    assert (saved["lr"], saved["warmup_steps"]) == (3e-3, 4)
+    assert (saved["lr"], saved["warmup_steps"]) == values[:2]
 
 
 def test_explicit_values_win_through_the_cli(corpus, tmp_path, capsys):
@@ -145,10 +156,12 @@ def test_captioning_takes_the_captioners_recipe(tmp_path, capsys):
         argv += [flag, "8"]
     argv += ["--max-steps", "10", "--epochs", "0", "--threads", "1", "--device", "cpu"]
     assert main(argv) == 0
-    assert "peak lr 0.002, 2 warm-up steps, batches of 2048 tokens" in capsys.readouterr().out
+    preset = CAPTIONER_SIZES["default"]
+    values, line, _ = _fitted(preset.recipe, planned=10)
+    assert line in capsys.readouterr().out
     saved = load_trainer_state(out / "checkpoints" / "step-000010")["train_config"]
-    assert (saved["lr"], saved["warmup_steps"], saved["max_tokens"]) == (2e-3, 2, 2048)
-    assert (saved["label_smoothing"], saved["validate_every"]) == (0.0, 500)
+    assert (saved["lr"], saved["warmup_steps"], saved["max_tokens"]) == values
+    assert preset.train and {name: saved[name] for name in preset.train} == dict(preset.train)
 
 
 def test_a_gpu_run_is_not_timed_on_the_cpu(monkeypatch):
@@ -174,16 +187,19 @@ def test_a_gpu_run_is_not_timed_on_the_cpu(monkeypatch):
 
 
 def test_min_lr_reaches_the_run_and_is_checked_against_the_recipes_peak(corpus, tmp_path, capsys):
-    # above TrainConfig's default lr (5e-4) but below the recipe's peak (3e-3): accepted
+    peak = recipe_for("rnn", "small").lr  # the run's size
+    # just below the recipe's peak (TrainConfig's own lr is no bound): accepted
+    floor = f"{0.9 * peak:g}"
     out = tmp_path / "floor"
-    argv = ["--max-steps", "3", "--epochs", "0", "--model", "rnn-attention", "--min-lr", "1e-3"]
+    argv = ["--max-steps", "3", "--epochs", "0", "--model", "rnn-attention", "--min-lr", floor]
     assert _train(corpus, out, *argv, "--schedule", "plateau") == 0
     saved = load_trainer_state(out / "checkpoints" / "step-000003")["train_config"]
-    assert (saved["lr"], saved["min_lr"], saved["schedule"]) == (3e-3, 1e-3, "plateau")
+    assert (saved["lr"], saved["min_lr"], saved["schedule"]) == (peak, float(floor), "plateau")
     # above the peak: one line naming both values, before any training
-    above = ["--max-steps", "3", "--epochs", "0", "--model", "rnn-attention", "--min-lr", "0.01"]
+    high = f"{2 * peak:g}"
+    above = ["--max-steps", "3", "--epochs", "0", "--model", "rnn-attention", "--min-lr", high]
     assert _train(corpus, tmp_path / "above", *above) == 2
     said = capsys.readouterr().err
-    assert "error: min_lr=0.01 is above the peak learning rate 0.003" in said
-    assert "(set by --min-lr 0.01, --lr)" in said
+    assert f"error: min_lr={high} is above the peak learning rate {peak:g}" in said
+    assert f"(set by --min-lr {high}, --lr)" in said
     assert not (tmp_path / "above" / "checkpoints").exists()

@@ -244,7 +244,12 @@ def _pretrained_data(args: argparse.Namespace) -> tuple[dict, object, object]:
         raise InputError("--test N is for classifiers; pass texts")
     loaded = load_folder(args.pretrained, device=args.device, via=args.via)
     data = call_with_options(
-        explore, args, loaded.model, inputs, tokenizer=loaded.tokenizer, eos_ids=loaded.eos_ids
+        explore,
+        args,
+        loaded.model,
+        inputs,
+        tokenizer=loaded.tokenizer,
+        eos_ids=loaded.eos_ids,
+        architecture=loaded.name,
     )
-    data["model"]["architecture"] = loaded.name
     return data, loaded.model, loaded.tokenizer

@@ -23,6 +23,7 @@ from .pretrained import FolderTokenizer, load_folder
 from .registry import (
     ExplorerAdapter,
     ExploreRequest,
+    PageKind,
     explorable_kind,
     explorable_types,
     explorer_for,
@@ -49,6 +50,7 @@ __all__ = [
     "explorable_types",
     "ExplorerAdapter",
     "ExploreRequest",
+    "PageKind",
     "register_explorer",
     "explorer_for",
     "explorer_of_type",

@@ -52,6 +52,7 @@ def explore(
     eos_ids: Sequence[int] = (),
     vectors: str | Sequence[int] | None = None,
     targets: Sequence[str] | None = None,
+    architecture: str | None = None,
 ) -> dict[str, Any]:
     """Decode each input and gather the attention the explorer page shows, as plain data.
 
@@ -84,6 +85,9 @@ def explore(
         indices; default none), in every attention of the layer.
     targets: encoder-decoder folders read via transformers: per input the text the decoder
         reads (teacher-forced) instead of its greedy or beam output.
+    architecture: the model's name in the page's header and facts (a pretrained folder's
+        architecture, ``load_folder(...).name``: "GPT-2", "BERT", ...; default: the
+        adapter's, else the kind's own word).
 
     Render the result with :func:`qkv.explore.render_html`.
     """
@@ -140,8 +144,10 @@ def explore(
         for page, name in zip(pages, names, strict=True):
             page["name"] = str(name)
     facts = {"kind": adapter.kind, "class": type(model).__name__, **adapter.facts(model)}
-    if adapter.page is not None:  # a kind of page the adapter declares (script/kinds.js)
-        facts["page"] = {**adapter.page, "info": adapter.describe(model)}
+    if architecture is not None:
+        facts["architecture"] = architecture
+    # what the page shows for the kind (registry.PageKind; register_explorer asked for it)
+    facts["page"] = adapter.page.data(facts)
     return {
         "format": FORMAT,
         "version": VERSION,

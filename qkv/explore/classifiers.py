@@ -14,6 +14,7 @@ The attention comes from :func:`qkv.explore.extract.classifier_attention`, which
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -22,11 +23,55 @@ from torch import Tensor, nn
 from qkv.errors import InputError
 
 from .extract import classifier_attention
-from .registry import ExplorerAdapter, ExploreRequest, register_explorer
+from .registry import ExplorerAdapter, ExploreRequest, PageKind, register_explorer
 from .summaries import attention_rollout, head_summary, quantize
 from .views import attention_view, model_device, png_data_uri
 
-__all__ = ["ImageClassifierAdapter", "ClipClassifierAdapter", "FrameTaggerAdapter"]
+__all__ = [
+    "ImageClassifierAdapter",
+    "ClipClassifierAdapter",
+    "FrameTaggerAdapter",
+    "IMAGE_CLASSIFIER_PAGE",
+    "CLIP_CLASSIFIER_PAGE",
+    "FRAME_TAGGER_PAGE",
+]
+
+
+def _image_classifier_info(m: Mapping[str, Any]) -> str:
+    pooled = ", attention pooling" if m.get("pool") == "attention" else ""
+    features = ", feature-map self-attention" if m.get("feature_attention") else ""
+    return f"image classifier: {m['grid']}\u00d7{m['grid']} regions{features}{pooled}"
+
+
+#: A picture classifier's page: its views side by side over the regions, then the class.
+IMAGE_CLASSIFIER_PAGE = PageKind(
+    info=_image_classifier_info,
+    multi_head=False,
+    source_row="regions",
+    target_row="output",
+    classifier=True,
+    term="query",
+    grid_title="every view",
+)
+#: A clip classifier's page: the pooling's weight per frame, then the class.
+CLIP_CLASSIFIER_PAGE = PageKind(
+    info=lambda m: "clip classifier: attention pooling over the frames",
+    multi_head=False,
+    source_row="frames",
+    target_row="output",
+    classifier=True,
+    term="query",
+    grid_title="every view",
+)
+#: A frame tagger's page: every layer and head over the frames, then a class per frame.
+FRAME_TAGGER_PAGE = PageKind(
+    info=lambda m: f"frame tagger: {m['layers']} layers, {m['heads']} heads over the frames",
+    multi_head=True,
+    source_row="frames",
+    target_row="output",
+    classifier=True,
+    term="query",
+)
 
 
 class ClassifierAdapter(ExplorerAdapter):
@@ -91,6 +136,7 @@ class ClassifierAdapter(ExplorerAdapter):
 
 class ImageClassifierAdapter(ClassifierAdapter):
     kind, views = "image-classifier", ("feature", "regions")
+    page = IMAGE_CLASSIFIER_PAGE
     item_name, dims = "image", 3
     config_facts = {**ClassifierAdapter.config_facts, "pool": "region_pool"}
 
@@ -121,6 +167,7 @@ class ImageClassifierAdapter(ClassifierAdapter):
 
 class ClipClassifierAdapter(ClassifierAdapter):
     kind, views = "clip-classifier", ("frames",)
+    page = CLIP_CLASSIFIER_PAGE
     config_facts = {**ClassifierAdapter.config_facts, "pool": "pool"}
 
     def refusal(self, model: nn.Module) -> str | None:
@@ -141,6 +188,7 @@ class ClipClassifierAdapter(ClassifierAdapter):
 
 class FrameTaggerAdapter(ClassifierAdapter):
     kind, views = "frame-tagger", ("self",)
+    page = FRAME_TAGGER_PAGE
     config_facts = {
         **ClassifierAdapter.config_facts,
         "layers": "tagger_layers",

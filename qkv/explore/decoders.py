@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -24,7 +24,7 @@ from qkv.errors import InputError
 from qkv.models.rnn_decoders import BahdanauDecoder
 
 from .extract import Decoded, decode_hypotheses
-from .registry import ExplorerAdapter, ExploreRequest, register_explorer
+from .registry import ExplorerAdapter, ExploreRequest, PageKind, register_explorer
 from .views import (
     alignment_view,
     decoded_text,
@@ -34,7 +34,15 @@ from .views import (
     transformer_views,
 )
 
-__all__ = ["TransformerAdapter", "RNNAdapter", "CaptionerAdapter", "NoAttention"]
+__all__ = [
+    "TransformerAdapter",
+    "RNNAdapter",
+    "CaptionerAdapter",
+    "NoAttention",
+    "TRANSFORMER_PAGE",
+    "RNN_PAGE",
+    "CAPTIONER_PAGE",
+]
 
 #: The RNN scores script/live/rnn.js computes.
 LIVE_SCORES = ("additive", "dot", "scaled_dot", "general", "bilinear")
@@ -42,6 +50,34 @@ LIVE_SCORES = ("additive", "dot", "scaled_dot", "general", "bilinear")
 BASELINE = (
     "is the baseline without attention: it has no attention weights to explore; "
     "train 'rnn-attention' (or a captioner with attention) instead"
+)
+
+
+def _transformer_info(m: Mapping[str, Any]) -> str:
+    layers = f"{m['encoder_layers']} + {m['decoder_layers']} layers"
+    return f"{m.get('architecture') or 'Transformer'}: {layers}, {m['heads']} heads"
+
+
+#: An encoder-decoder's page: the source, the output, every layer and head of three
+#: attentions (a folder read by transformers fills it too).
+TRANSFORMER_PAGE = PageKind(
+    info=_transformer_info, multi_head=True, source_row="source", target_row="output"
+)
+#: An RNN translator's page: one alignment per hypothesis, the hypotheses side by side.
+RNN_PAGE = PageKind(
+    info=lambda m: f"RNN translator: {m['score']} attention",
+    multi_head=False,
+    source_row="source",
+    target_row="output",
+    grid_title="every hypothesis, side by side",
+)
+#: A captioner's page: the caption's words over the picture's regions, per hypothesis.
+CAPTIONER_PAGE = PageKind(
+    info=lambda m: f"captioner: {m['grid']}\u00d7{m['grid']} regions, {m['score']} score",
+    multi_head=False,
+    target_row="caption",
+    term="word",
+    grid_title="every hypothesis, side by side",
 )
 
 
@@ -111,6 +147,7 @@ class TransformerAdapter(TranslatorAdapter):
     """The best hypothesis (the beam's, else greedy) and its three attentions."""
 
     kind, views = "transformer", ("encoder", "decoder", "cross")
+    page = TRANSFORMER_PAGE
     vectors = True
     live = "transformer"
     config_facts = {
@@ -154,6 +191,7 @@ class RNNAdapter(TranslatorAdapter):
     """The greedy hypothesis and every beam hypothesis, each with its alignment."""
 
     kind, views = "rnn-attention", ("greedy", "beam N")
+    page = RNN_PAGE
     config_facts = {"score": "attention"}
     live = "rnn"
 
@@ -235,6 +273,7 @@ class CaptionerAdapter(ExplorerAdapter):
     """A captioner on images (3, H, W) in [0, 1]; ``tokenizer`` is its word vocabulary."""
 
     kind, views = "captioner", ("greedy", "beam N")
+    page = CAPTIONER_PAGE
     config_facts = {"grid": "grid", "gate": "gate", "score": "score"}  # gate: a checked bool
 
     def refusal(self, model: nn.Module) -> str | None:

@@ -27,7 +27,7 @@ image file, and writes that tower's attention.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from torch import Tensor
 
 from qkv.errors import InputError
 
-from .registry import ExploreRequest, register_explorer
+from .registry import ExploreRequest, PageKind, register_explorer
 from .transformers_folders import (
     ADAPTERS,
     IMAGE_SUFFIXES,
@@ -185,19 +185,25 @@ def similarity(title: str, names: Sequence[str], logits: Tensor, shares: Tensor)
     }
 
 
+def _dual_info(m: Mapping[str, Any]) -> str:
+    """The header's line: the two towers and how the inputs pair."""
+    patch = f"{m['patch']}\u00d7{m['patch']}-pixel " if m.get("patch") else ""
+    return (
+        f"{m['architecture']}: dual encoder; text tower {m['text_layers']} layers, "
+        f"{m['text_heads']} heads; vision tower {m['vision_layers']} layers, "
+        f"{m['vision_heads']} heads over {patch}patches; every image against every text"
+    )
+
+
+#: A dual encoder's page: a vision page's picture and patches, without token rows.
+DUAL_ENCODER_PAGE = PageKind(info=_dual_info, multi_head=True, term="query", pick_regions=True)
+
+
 class DualEncoderAdapter(VisionFolderAdapter):
     """A dual encoder on texts and image files (see the module's docstring)."""
 
     kind, views = "dual-encoder", ("text", "vision")
-    # a kind of page of its own: a vision page's picture and patches, without token rows
-    page = {
-        "multiHead": True,
-        "sourceRow": None,
-        "targetRow": None,
-        "classifier": False,
-        "term": "query",
-        "pickRegions": True,
-    }
+    page = DUAL_ENCODER_PAGE
 
     def facts(self, model) -> dict[str, Any]:
         """Each tower's layers and heads, the patch side, and what computed the weights."""
@@ -212,16 +218,6 @@ class DualEncoderAdapter(VisionFolderAdapter):
             "vision_heads": vision.num_attention_heads,
             "patch": patch_size(model),
         }
-
-    def describe(self, model) -> str:
-        """The header's line: the two towers and how the inputs pair."""
-        facts = self.facts(model)
-        patch = f"{facts['patch']}\u00d7{facts['patch']}-pixel " if facts["patch"] else ""
-        return (
-            f"{facts['architecture']}: dual encoder; text tower {facts['text_layers']} layers, "
-            f"{facts['text_heads']} heads; vision tower {facts['vision_layers']} layers, "
-            f"{facts['vision_heads']} heads over {patch}patches; every image against every text"
-        )
 
     def text_attention(self, model, tokenizer, text, index: int = 0):
         """The ids of one text and per layer the text tower's (H, T, T) weights on it."""

@@ -14,6 +14,7 @@ depend on the input shown: they describe the heads.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -25,7 +26,7 @@ from qkv.errors import InputError
 from qkv.functional.block_mask import DEFAULT_BLOCK_SIZE
 
 from .compact import DENSE_TOKENS, compact_view
-from .registry import ExplorerAdapter, ExploreRequest, register_explorer
+from .registry import ExplorerAdapter, ExploreRequest, PageKind, register_explorer
 from .summaries import attention_rollout, head_summary, quantize
 from .vectors import catch_vectors, stored_from, stored_vectors
 from .views import attention_view, decoded_text, model_device, token_labels
@@ -36,6 +37,7 @@ __all__ = [
     "causal_attention",
     "prompt_ids",
     "INDUCTION_LENGTH",
+    "LM_PAGE",
 ]
 
 #: The length of the random sequence that is repeated for the induction score.
@@ -73,10 +75,28 @@ def induction_scores(model: nn.Module, *, length: int = INDUCTION_LENGTH) -> Ten
     return torch.stack([weights[:, queries, keys].mean(dim=-1) for weights in layers])
 
 
+def _lm_info(m: Mapping[str, Any]) -> str:
+    grouped = f" ({m['kv_heads']} key/value heads)" if m["kv_heads"] != m["heads"] else ""
+    sizes = f"{m['layers']} layers, {m['heads']} heads{grouped}"
+    return f"{m.get('architecture') or 'language model'}: {sizes}, {m['positions']} positions"
+
+
+#: A language model's page: the tokens' causal self-attention in every layer and head, and
+#: the induction score among the per-head summaries (a folder read by transformers fills it
+#: too).
+LM_PAGE = PageKind(
+    info=_lm_info,
+    multi_head=True,
+    source_row="tokens",
+    metrics={"induction": "induction score (repeated random tokens)"},
+)
+
+
 class LanguageModelAdapter(ExplorerAdapter):
     """A causal LM on prompts (str, or lists of token ids); ``tokenizer`` encodes them."""
 
     kind, views = "lm", ("self",)
+    page = LM_PAGE
     generates = vectors = True
     live = "lm"
     config_facts = {"layers": "num_layers", "heads": "num_heads", "kv_heads": "num_kv_heads"}

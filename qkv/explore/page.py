@@ -17,8 +17,9 @@ from .wasm import matmat_base64
 __all__ = ["render_html", "iframe_html", "write_html", "check_page_path"]
 
 
-#: The page's script, in the order its parts are defined; script/kinds.js says per kind of
-#: model what the page shows.  They share one scope: inlined together inside one function.
+#: The page's script, in the order its parts are defined; script/kinds.js reads what the
+#: page shows for its kind of model from the data (registry.PageKind).  They share one
+#: scope: inlined together inside one function.
 SCRIPT = (
     "kinds.js",
     "data.js",

@@ -28,7 +28,7 @@ from qkv.pretrained import FolderTokenizer
 
 from .registry import ExplorerAdapter, ExploreRequest, register_explorer
 from .vectors import stored_vectors
-from .views import decoded_text, model_device, self_attention_entry
+from .views import ENCODER_PAGE, decoded_text, model_device, self_attention_entry
 
 __all__ = ["FolderTokenizer", "load_folder", "EncoderAdapter", "ARCHITECTURES"]
 
@@ -107,6 +107,7 @@ class EncoderAdapter(ExplorerAdapter):
     ``encode`` giving ids with [CLS] / [SEP], and ``tokens``)."""
 
     kind, views = "encoder", ("encoder",)
+    page = ENCODER_PAGE
     vectors = True
     config_facts = {"layers": "num_layers", "heads": "num_heads", "positions": "max_len"}
 

@@ -3,19 +3,20 @@
 Every model type that ``qkv.models.register_model`` knows and that has attention to show has
 an adapter registered here under the same name (the registry lives in ``explore`` because an
 adapter decodes, and the models' package comes before decoding in the import direction).
-An adapter says which kind of page it fills (``kind``: an entry of script/kinds.js), which
-attention views it has (``views``), why a model of its type may have nothing to show
-(``refusal``), the facts the page's header prints (``facts``) and the page's entry for each
-input (``pages``).  Adding a model family to the explorer is one adapter, registered with
-:func:`register_explorer` (a family's record does it), which fills one of the page kinds of
-script/kinds.js or declares its own (``page``).
+An adapter says which kind of page it fills (``kind``, and ``page``: what that kind of page
+shows, a :class:`PageKind` declared next to the adapters that fill it), which attention views
+it has (``views``), why a model of its type may have nothing to show (``refusal``), the facts
+the page's header prints (``facts``) and the page's entry for each input (``pages``).  Adding
+a model family to the explorer is one adapter, registered with :func:`register_explorer` (a
+family's record does it); the page's script (script/kinds.js) is generic over the
+:class:`PageKind` it declares.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
@@ -26,6 +27,7 @@ from qkv.models import model_type_of
 __all__ = [
     "ExploreRequest",
     "ExplorerAdapter",
+    "PageKind",
     "register_explorer",
     "explorer_for",
     "explorer_of_type",
@@ -54,10 +56,59 @@ class ExploreRequest:
     targets: Sequence[str] | None = None
 
 
+@dataclass(frozen=True)
+class PageKind:
+    """What the page shows for one kind of model; the page's script reads it from the data's
+    ``model.page`` (:meth:`data`), so a kind of page is declared once, in Python, next to
+    the adapters that fill it.
+
+    info: the header's line, from the page's model facts (``data["model"]``: ``kind``,
+        ``class``, the adapter's :meth:`~ExplorerAdapter.facts`, ``architecture`` where
+        given).
+    multi_head: whether the views have layers and heads (their menus, the grid of every
+        layer and head, the neuron view); False: one map per view, the views side by side.
+    source_row: the label of the row of the input's tokens (None: no such row).
+    target_row: the label of the row of the output's tokens (None: no such row).
+    classifier: whether rows of the predicted (and the true) class follow.
+    term: what one query of a picture or a clip is called ("word", "query").
+    grid_title: the title of the views side by side (where there are no layers and heads).
+    pick_regions: whether the pointer picks a picture's region as the query (classifiers'
+        pictures always do).
+    metrics: the per-head summaries offered besides those of every page (entropy and the
+        weights on the diagonal, the previous and the first token): key -> label.
+    """
+
+    info: Callable[[Mapping[str, Any]], str]
+    multi_head: bool
+    source_row: str | None = None
+    target_row: str | None = None
+    classifier: bool = False
+    term: str | None = None
+    grid_title: str | None = None
+    pick_regions: bool = False
+    metrics: Mapping[str, str] = field(default_factory=dict)
+
+    def data(self, facts: Mapping[str, Any]) -> dict[str, Any]:
+        """The data's ``model.page`` for a model with these ``facts``: the header's line and
+        what is set of the rest (the script reads an absent entry as unset), by the
+        script's names."""
+        entries = {
+            "multiHead": self.multi_head,
+            "sourceRow": self.source_row,
+            "targetRow": self.target_row,
+            "classifier": self.classifier,
+            "term": self.term,
+            "gridTitle": self.grid_title,
+            "pickRegions": self.pick_regions,
+            "metrics": dict(self.metrics),
+        }
+        return {"info": self.info(facts), **{key: value for key, value in entries.items() if value}}
+
+
 class ExplorerAdapter(ABC):
     """The explorer's reading of one model family (subclass it, then register an instance).
 
-    kind: the page's kind of model (a key of script/kinds.js's table).
+    kind: the page's kind of model (its name: the page's title).
     views: the ids of the attention views its pages hold, in the page's order (one per
         hypothesis for families that show several hypotheses side by side: then the id
         names the search).
@@ -70,10 +121,8 @@ class ExplorerAdapter(ABC):
         applies.
     live: the family's forward pass in the page (``script/live/<live>.js``), which a live
         page runs on what the learner types (``qkv.explore.live``); None: no live page.
-    page: a kind of page of the adapter's own, for a ``kind`` that script/kinds.js does not
-        hold: what a kinds.js entry says (``multiHead``, ``sourceRow``, ``targetRow``,
-        ``classifier``, ``term``, ``gridTitle``, ``metrics``), as JSON-able data; the
-        header's line is :meth:`describe`'s.  None: the kinds.js entry of ``kind``.
+    page: what the page shows for the ``kind`` (:class:`PageKind`, shared by the adapters
+        that fill the same kind); an adapter with views must declare one.
     """
 
     kind: str
@@ -84,12 +133,7 @@ class ExplorerAdapter(ABC):
     vectors: bool = False
     takes_targets: bool = False
     live: str | None = None
-    page: Mapping[str, Any] | None = None
-
-    def describe(self, model: nn.Module) -> str:
-        """The page header's line for ``model`` where the adapter declares its ``page``."""
-        facts = ", ".join(f"{name} {value}" for name, value in self.facts(model).items())
-        return f"{type(model).__name__}: {facts}" if facts else type(model).__name__
+    page: PageKind | None = None
 
     def refusal(self, model: nn.Module) -> str | None:
         """Why this model has no attention weights to show (with the fix), or None."""
@@ -118,7 +162,12 @@ _ADAPTERS: dict[str, ExplorerAdapter] = {}
 
 def register_explorer(model_type: str, adapter: ExplorerAdapter) -> None:
     """Show models of the registered ``model_type`` (``qkv.models.register_model``'s name)
-    through ``adapter``."""
+    through ``adapter``; one with views must declare its ``page``."""
+    if adapter.views and adapter.page is None:
+        raise TypeError(
+            f"{type(adapter).__name__} declares no page: set its page to the PageKind of "
+            f"its kind {adapter.kind!r} (what the explorer page shows for it)"
+        )
     _ADAPTERS[model_type] = adapter
 
 

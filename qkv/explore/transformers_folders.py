@@ -37,7 +37,7 @@ transformers is imported only when such a folder is opened (``pip install -e ".[
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,10 +49,12 @@ from qkv.errors import CheckpointError, InputError, QkvError
 from qkv.models import LoadedModel
 
 from .compact import DENSE_TOKENS, compact_view, kept_keys
-from .language import INDUCTION_LENGTH
-from .registry import ExplorerAdapter, ExploreRequest, register_explorer
+from .decoders import TRANSFORMER_PAGE
+from .language import INDUCTION_LENGTH, LM_PAGE
+from .registry import ExplorerAdapter, ExploreRequest, PageKind, register_explorer
 from .vectors import page_vectors
 from .views import (
+    ENCODER_PAGE,
     VIEW_TITLES,
     attention_view,
     decoded_text,
@@ -527,6 +529,7 @@ class EncoderFolderAdapter(TransformersAdapter):
     """A text encoder: bidirectional self-attention on each text."""
 
     kind, views = "encoder", ("encoder",)
+    page = ENCODER_PAGE
 
     def text_attention(self, model, tokenizer, text, index: int = 0):
         ids = self.ids(model, tokenizer, text, index)
@@ -555,6 +558,7 @@ class DecoderFolderAdapter(TransformersAdapter):
     """A causal language model: the prompt's (and generated tokens') self-attention."""
 
     kind, views = "lm", ("self",)
+    page = LM_PAGE
     generates = True
 
     def facts(self, model) -> dict[str, Any]:
@@ -668,6 +672,7 @@ class Seq2SeqFolderAdapter(TransformersAdapter):
     output."""
 
     kind, views = "transformer", ("encoder", "decoder", "cross")
+    page = TRANSFORMER_PAGE
     takes_targets = True
 
     def facts(self, model) -> dict[str, Any]:
@@ -773,10 +778,22 @@ class Seq2SeqFolderAdapter(TransformersAdapter):
         }
 
 
+def _vision_info(m: Mapping[str, Any]) -> str:
+    patch = f"{m['patch']}\u00d7{m['patch']}-pixel " if m.get("patch") else ""
+    sizes = f"{m['layers']} layers, {m['heads']} heads"
+    return f"{m.get('architecture') or 'vision model'}: {sizes} over {patch}patches"
+
+
+#: A vision model's page: the patches' self-attention in every layer and head, the query
+#: patch picked on the picture.
+VISION_PAGE = PageKind(info=_vision_info, multi_head=True, term="query", pick_regions=True)
+
+
 class VisionFolderAdapter(TransformersAdapter):
     """A vision model on image files: the patches' self-attention over the picture."""
 
     kind, views = "vision", ("self",)
+    page = VISION_PAGE
 
     def facts(self, model) -> dict[str, Any]:
         facts = super().facts(model)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ from qkv.data import BOS_ID
 from qkv.errors import InputError
 
 from .extract import Decoded, teacher_forced_attention
+from .registry import PageKind
 from .summaries import attention_rollout, head_summary, quantize
 from .vectors import catch_vectors, chosen_layers, stored_from
 
@@ -32,6 +33,7 @@ __all__ = [
     "alignment_view",
     "token_labels",
     "decoded_text",
+    "ENCODER_PAGE",
 ]
 
 VIEW_TITLES = {
@@ -39,6 +41,17 @@ VIEW_TITLES = {
     "decoder": "decoder self-attention",
     "cross": "decoder \u2192 encoder cross-attention",
 }
+
+
+def _encoder_info(m: Mapping[str, Any]) -> str:
+    sizes = f"{m['layers']} layers, {m['heads']} heads"
+    return f"{m.get('architecture') or 'encoder'}: {sizes}, bidirectional"
+
+
+#: A text encoder's page: the tokens' self-attention, both ways, in every layer and head.
+#: Declared here, below its two adapters (pretrained.py's BERT, and transformers_folders.py's
+#: encoder folders, which pretrained.py opens): neither module imports the other's page.
+ENCODER_PAGE = PageKind(info=_encoder_info, multi_head=True, source_row="tokens")
 
 
 def transformer_views(

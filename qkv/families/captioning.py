@@ -84,11 +84,4 @@ FAMILY = Family(
     view=view,
     loader=load_captioner,
     commands={CAPTIONER: "qkv caption --attention-out, qkv evaluate or qkv explore"},
-    modules=(
-        "qkv.families.captioning",
-        "qkv.tasks.captioning",
-        "qkv.tasks.image_captioner",
-        "qkv.tasks.captioning_demo",
-        "qkv.models.captioner",
-    ),
 )

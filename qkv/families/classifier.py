@@ -93,13 +93,4 @@ FAMILY = Family(
         "clip-classifier": "qkv classify --attention-out or qkv explore --test N",
         "frame-tagger": "qkv classify --attention-out or qkv explore --test N",
     },
-    modules=(
-        "qkv.families.classifier",
-        "qkv.tasks.classifier",
-        "qkv.tasks.classifier_run",
-        "qkv.tasks.classifier_explore",
-        "qkv.tasks.classifier_plots",
-        "qkv.models.classifier",
-        "qkv.explore.classifiers",
-    ),
 )

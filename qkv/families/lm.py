@@ -93,12 +93,4 @@ FAMILY = Family(
     view=view,
     loader=load_lm,
     reads_text=True,
-    modules=(
-        "qkv.families.lm",
-        "qkv.tasks.lm",
-        "qkv.tasks.lm_start",
-        "qkv.tasks.pretrained_lm",
-        "qkv.models.lm",
-        "qkv.explore.language",
-    ),
 )

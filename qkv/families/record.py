@@ -19,7 +19,9 @@ user's own) is everything qkv needs to train, score and look at its models, said
                     (False: the command decodes, as a translator)
     commands        model type -> the commands that read its checkpoints, told when one is
                     given to a command of another family
-    modules         the modules that are its own (its kind strings may be named there)
+
+and, written by nobody, ``modules``: the modules that are its own (its kind strings may be
+named there), found from what the record holds (:func:`own_modules`).
 
 :func:`register_family` adds one; :func:`families` lists them in the order registered (the
 order of `qkv train --help`); :func:`family_of_type` finds the family of a checkpoint.
@@ -38,6 +40,7 @@ from torch import Tensor
 from ..errors import CheckpointError, InputError
 from ..explore import ExplorerAdapter, explore, register_explorer
 from ..models import LoadedModel
+from ..models.registry import available_models, model_classes
 from ..tasks.evaluate import Evaluation, EvaluationRequest
 from ..tasks.presets import Preset
 from ..tasks.task import TaskSpec, train_with_options
@@ -67,6 +70,7 @@ __all__ = [
     "family_of_type",
     "family_of_checkpoint",
     "evaluate_checkpoint",
+    "own_modules",
 ]
 
 S = TypeVar("S", bound="DataclassInstance")  # a family's setup is a dataclass
@@ -218,7 +222,6 @@ class Family(Generic[S, R, V]):
     loader: Loader
     reads_text: bool = False
     commands: Mapping[str, str] = field(default_factory=dict)
-    modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         missing = [name for name in self.model_types if name not in self.explorers]
@@ -227,6 +230,11 @@ class Family(Generic[S, R, V]):
         foreign = [name for name in self.commands if name not in self.model_types]
         if foreign:
             raise TypeError(f"family {self.name!r}: commands for types not its own: {foreign}")
+
+    @property
+    def modules(self) -> frozenset[str]:
+        """The modules that are the family's own: :func:`own_modules` of the record."""
+        return own_modules(self)
 
 
 def train_with_spec(
@@ -329,3 +337,38 @@ def evaluate_checkpoint(checkpoint: str | Path, request: EvaluationRequest) -> E
             f"{checkpoint} holds a {model_type!r} model, which has no scorer; scored are {scored}"
         )
     return family.score(checkpoint, request)
+
+
+#: What the record's values are made of but no family owns: the skeleton's own defaults
+#: (a TaskSpec's, train_with_spec's run) and plain data.
+_SKELETON = frozenset({__name__, TaskSpec.__module__, "builtins", "pathlib"})
+
+
+def own_modules(family: AnyFamily) -> frozenset[str]:
+    """The modules that define what ``family``'s record holds: its setup class, its spec's
+    parts, its functions, its explorer adapters (and whatever else a field holds: found by
+    walking the fields, so a field added later counts too) and the config and model classes
+    registered under its model types, less the skeleton's modules.  A module the record
+    does not reach (a helper its functions call) is not the family's own by this measure,
+    which keeps the families' kind strings out of shared code."""
+    found: set[str] = set()
+    for model_type in set(family.model_types) & set(available_models()):
+        found.update(kind.__module__ for kind in model_classes(model_type))
+    pending: list[object] = [getattr(family, item.name) for item in dataclasses.fields(family)]
+    seen: set[int] = set()
+    while pending:
+        value = pending.pop()
+        if id(value) in seen or value is None or isinstance(value, (str, int, float, bool)):
+            continue
+        seen.add(id(value))
+        if isinstance(value, Mapping):
+            pending += [*value.keys(), *value.values()]
+        elif isinstance(value, (tuple, list, set, frozenset)):
+            pending += list(value)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            pending += [getattr(value, item.name) for item in dataclasses.fields(value)]
+        elif isinstance(value, type) or callable(value):  # a class, a function, a method
+            found.add(getattr(value, "__module__", None) or type(value).__module__)
+        else:  # an instance (an explorer adapter): its class's module
+            found.add(type(value).__module__)
+    return frozenset(found - _SKELETON)

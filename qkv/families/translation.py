@@ -72,12 +72,4 @@ FAMILY = Family(
     view=view,
     loader=load_translator,
     commands={name: "qkv translate, qkv evaluate or qkv explore" for name in TRANSLATION_MODELS},
-    modules=(
-        "qkv.families.translation",
-        "qkv.tasks.translation",
-        "qkv.tasks.translator",
-        "qkv.tasks.demo",
-        "qkv.models.transformer",
-        "qkv.models.rnn",
-    ),
 )

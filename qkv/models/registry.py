@@ -12,6 +12,7 @@ __all__ = [
     "register_model",
     "build_model",
     "model_type_of",
+    "model_classes",
     "available_models",
     "config_to_dict",
     "saved_config_upgrade",
@@ -49,11 +50,16 @@ def available_models() -> list[str]:
     return sorted(_MODELS)
 
 
-def build_model(name: str, config: dict[str, Any] | Any) -> nn.Module:
-    """Build a registered model from its config (a dataclass or a dict of its fields)."""
+def model_classes(name: str) -> tuple[type, type[nn.Module]]:
+    """The config class and the model class registered as ``name``."""
     if name not in _MODELS:
         raise ValueError(f"unknown model type {name!r}; known: {available_models()}")
-    config_class, model_class = _MODELS[name]
+    return _MODELS[name]
+
+
+def build_model(name: str, config: dict[str, Any] | Any) -> nn.Module:
+    """Build a registered model from its config (a dataclass or a dict of its fields)."""
+    config_class, model_class = model_classes(name)
     if isinstance(config, dict):
         known = {f.name for f in dataclasses.fields(config_class)}
         unknown = sorted(set(config) - known)

@@ -16,7 +16,7 @@ from torch import nn
 
 from qkv.data.batch import BOS_ID, Batch
 from qkv.errors import InputError
-from qkv.explore import ExplorerAdapter, ExploreRequest, explore
+from qkv.explore import ExplorerAdapter, ExploreRequest, PageKind, explore
 from qkv.explore.views import attention_view
 from qkv.families import ExplorerPage, Family, TrainCommand, ViewRequest, train_with_spec
 from qkv.models import LoadedModel
@@ -124,16 +124,21 @@ def score(checkpoint: str | Path, request: EvaluationRequest) -> Evaluation:
     return Evaluation({"accuracy": value}, [f"accuracy: {value:.2%} of {len(test)}"])
 
 
+#: The toy's kind of page: its one layer's heads over the digits (no qkv code names it).
+TOY_PAGE = PageKind(
+    info=lambda facts: f"toy: {facts['heads']} heads over the digits",
+    multi_head=True,
+    source_row="digits",
+)
+
+
 class ToyAdapter(ExplorerAdapter):
     """The toy on the page: one self-attention layer over the digits, in a kind of page of
-    its own (script/kinds.js does not know it)."""
+    its own."""
 
     kind, views = "toy", ("encoder",)
     config_facts = {"layers": "num_layers", "heads": "num_heads", "positions": "max_len"}
-    page = {"multiHead": True, "sourceRow": "digits", "targetRow": None, "classifier": False}
-
-    def describe(self, model: nn.Module) -> str:
-        return f"toy: {model.config.num_heads} heads over the digits"
+    page = TOY_PAGE
 
     def pages(self, model: nn.Module, inputs: list[Any], request: ExploreRequest) -> list[dict]:
         pages = []
@@ -189,5 +194,4 @@ FAMILY = Family(
     explorers={TOY_MODEL: ToyAdapter()},
     view=view,
     loader=load,
-    modules=("tests.toy_family",),
 )

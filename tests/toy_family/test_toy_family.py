@@ -16,6 +16,9 @@ from .model import TOY_MODEL
 
 def test_the_toy_is_registered_by_its_record():
     assert FAMILY in families() and family_of_type(TOY_MODEL) is FAMILY
+    # its own modules are found from its record: its package's, none of qkv's
+    package = __name__.rpartition(".")[0]
+    assert FAMILY.modules == {f"{package}.family", f"{package}.model"}
 
 
 def test_the_toy_trains_evaluates_and_opens_in_the_explorer(tmp_path, capsys):
@@ -56,7 +59,7 @@ def test_the_toy_s_own_kind_of_page_draws_its_weights(tmp_path_factory):
     """The page draws a kind it has no entry for from what the adapter declares."""
     from tests.test_explore_browser import cells, open_page, start_browser
 
-    from .family import DigitTokens, ToyAdapter
+    from .family import DigitTokens
     from .model import ToyClassifier, ToyConfig
 
     torch.manual_seed(0)
@@ -70,7 +73,7 @@ def test_the_toy_s_own_kind_of_page_draws_its_weights(tmp_path_factory):
     try:
         open_page(browser, {"folder": folder}, "toy")
         info = browser.find_element("id", "model-info").text
-        assert info == ToyAdapter().describe(model)
+        assert info == f"toy: {model.config.num_heads} heads over the digits"
         browser.execute_script("window.qkv.show(arguments[0])", {"layer": 0, "head": 1})
         drawn = cells(browser)
         assert len(drawn) == 16

@@ -14,7 +14,7 @@ function fill(select, items, selected) {
 function renderControls(x, v, s) {
   // a folder read by transformers says which implementation computed the weights
   const by = DATA.model.implementation ? ` \u2014 ${DATA.model.implementation}` : "";
-  $("model-info").textContent = KIND.info(DATA.model) + by;
+  $("model-info").textContent = KIND.info + by;
   fill($("input-select"), DATA.inputs.map((item, i) => [i, `${i + 1}. ${item.name}`]), s.input);
   fill($("view-select"), x.views.map((w, i) => [i, w.title]), s.view);
   fill($("layer-select"), v.layers.map((_, l) => [l, "layer " + l]), s.layer);
