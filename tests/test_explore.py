@@ -303,12 +303,11 @@ def test_captioner_numbers_and_gates_are_the_models():
 
 
 def test_qkv_attention_and_the_explorer_share_one_extraction():
-    from qkv.models import LoadedModel
     from qkv.tasks import Translator
 
     tokenizer = tiny_tokenizer()
     model = tiny_transformer(tokenizer.vocab_size)
-    translator = Translator(LoadedModel(model, tokenizer, "Transformer", "transformer"), max_len=8)
+    translator = Translator.of_model(model, tokenizer, max_len=8)
     (translation,) = translator.translate([SENTENCES[0]])
     layers = translator.cross_attention(translation)
     # Translator(max_len=8) generates up to 8 + 1 tokens (room for </s>)

@@ -106,6 +106,16 @@ class Translator:
         self.max_len, self.batch_size = max_len, batch_size
 
     @classmethod
+    def of_model(
+        cls, model: nn.Module, tokenizer: Tokenizer, *, max_len: int, batch_size: int = 64
+    ) -> Translator:
+        """The translator of a model in memory (one just trained) and its tokenizer."""
+        name = type(model).__name__
+        return cls(
+            LoadedModel(model, tokenizer, name, name), max_len=max_len, batch_size=batch_size
+        )
+
+    @classmethod
     def from_checkpoint(cls, path: str | Path, *, device: str = "cpu") -> Translator:
         """The translator of a checkpoint (:func:`load_translator`), cut at its run's
         ``max_len``."""
