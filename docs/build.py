@@ -41,7 +41,7 @@ TUTORIAL_RUNS = ROOT / "runs" / "tutorials"
 #: The translators' and the language model's pages are live: a reader types an input.
 EXAMPLES = {
     "transformer": (
-        ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "3000"],
+        ["translation", "--model", "transformer", "--data", "dates", "--max-steps", "2000"],
         ["Tuesday, March 3, 1998", "the 14th of July 1969", "1/2/03", "--beam", "1", "--live"]
         + ["--vectors", "all"],
     ),
@@ -62,7 +62,7 @@ EXAMPLES = {
     "lm": (
         ["lm", "--data", "kjv", "--max-steps", "2000"],
         ["And God said", "--generate", "40", "--seed", "1", "--temperature", "0.5", "--top-k", "10"]
-        + ["--live"],
+        + ["--live", "--vectors", "all"],
     ),
     "pretrained": (
         None,
