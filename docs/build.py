@@ -81,10 +81,13 @@ def say(line: str) -> None:
     print(f"[docs] {line}", flush=True)
 
 
-def run(command: list[str]) -> None:
-    """Run a command from the repository root; its failure fails the build."""
+def run(command: list[str], **variables: str) -> None:
+    """Run a command from the repository root, with these environment variables added; its
+    failure fails the build."""
     env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        **variables,
     )
     subprocess.run(command, cwd=ROOT, env=env, check=True)
 
@@ -141,6 +144,10 @@ def scene_files(count: int = 3) -> list[str]:
 
 
 LOG_RARELY = ["--log-every", "1000"]
+#: The tutorials' code runs on one thread, as the pages say (the times they print are one
+#: core's) and as the examples train: torch's default, a thread per core, made the small
+#: models of tutorial 4 spend several times the CPU for the same steps on a busy machine.
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 #: The tutorials' sessions that train no model (seconds each): what a --draft build runs.
 LIGHT_SESSIONS = ("t1", "t2", "t3", "t7")
 
@@ -215,9 +222,9 @@ def main(argv: list[str] | None = None) -> None:
     share_runs()
     mkdocs = [sys.executable, "-m", "mkdocs"]
     if args.serve:
-        run(mkdocs + ["serve", "--strict", "--dev-addr", "127.0.0.1:8000"])
+        run(mkdocs + ["serve", "--strict", "--dev-addr", "127.0.0.1:8000"], **ONE_THREAD)
         return
-    run(mkdocs + ["build", "--strict", "--clean"])
+    run(mkdocs + ["build", "--strict", "--clean"], **ONE_THREAD)
     say(f"site/ built in {time.perf_counter() - started:.0f} s")
 
 
