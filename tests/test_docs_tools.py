@@ -212,3 +212,79 @@ def test_a_tutorial_that_shows_an_examples_model_trains_it_with_the_examples_com
             expected = ["-m", "qkv.cli.main", "train", *build.EXAMPLES[name][0]]
             expected += ["--threads", "1", *build.LOG_RARELY, "--out"]
             assert words == expected, (page.name, words)
+
+
+@pytest.mark.parametrize("suffix", [".md", ".zh.md"])
+def test_each_example_page_shows_the_commands_the_build_runs(suffix):
+    """An example's page says how its model was made: the commands it shows must be the
+    ones docs/build.py runs (its training budget, its inputs and options), in both
+    languages."""
+    import shlex
+
+    build = load("build")
+    for name, (train, explore) in build.EXAMPLES.items():
+        page = (DOCS / "examples" / f"{name}").with_suffix(suffix).read_text(encoding="utf-8")
+        block = re.search(r"```bash\n(.*?)```", page, re.DOTALL).group(1).replace("\\\n", " ")
+        lines = {}
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:1] == ["qkv"]:
+                lines[words[1]] = words[2:]
+        if train is not None:
+            shown = lines["train"]
+            assert shown[-4:] == ["--out", "RUN", "--threads", "1"], (name, suffix, shown)
+            assert shown[:-4] == train, (name, suffix, shown)
+        shown = lines["explore"]
+        at = shown.index("--out")
+        assert at == len(shown) - 2, (name, suffix, shown)
+        shown = shown[:at]
+        if train is not None:
+            assert shown[:2] == ["--checkpoint", "RUN"], (name, suffix, shown)
+            shown = shown[2:]
+        expected = []
+        for word in explore:
+            if word == "{scenes}":
+                expected += ["scene-0.png", "scene-1.png", "scene-2.png"]
+            else:
+                expected.append("$MINILM" if word == "{minilm}" else word)
+        assert arguments(shown) == arguments(expected), (name, suffix, shown)
+
+
+def arguments(words: list[str]) -> tuple[list[str], list[tuple[str, ...]]]:
+    """A command's words as (its inputs in order, its options in any order)."""
+    inputs, options, rest = [], [], list(words)
+    while rest:
+        word = rest.pop(0)
+        if not word.startswith("--"):
+            inputs.append(word)
+        elif word != "--live" and rest and not rest[0].startswith("--"):
+            options.append((word, rest.pop(0)))
+        else:
+            options.append((word,))
+    return inputs, sorted(options)
+
+
+def test_every_page_has_a_chinese_twin_with_the_same_structure():
+    """A Chinese page is the English one translated: every page but the API reference
+    generated from English docstrings has one, with as many sections, tables, code blocks
+    and figures (a table row glued to the next paragraph, or a section left out, shows up
+    here as a count that differs)."""
+    import markdown
+
+    extensions = ["tables", "attr_list", "md_in_html", "admonition", "pymdownx.superfences"]
+    generated = {"functional", "layers", "models", "decoding", "training", "pretrained"}
+    generated |= {"explore", "families"}
+    for english in sorted(DOCS.rglob("*.md")):
+        if english.name.endswith(".zh.md"):
+            continue
+        if english.parent.name == "reference" and english.stem in generated:
+            continue
+        chinese = english.with_suffix(".zh.md")
+        assert chinese.is_file(), f"{english.relative_to(DOCS)} has no Chinese page"
+        if "--8<--" in english.read_text(encoding="utf-8"):
+            continue  # the English page includes the README's text, the Chinese one writes it
+        pages = [markdown.markdown(p.read_text(encoding="utf-8"), extensions=extensions)
+                 for p in (english, chinese)]  # fmt: skip
+        for tag in ("<h2", "<h3", "<table", "<pre", "<img"):
+            counts = [page.count(tag) for page in pages]
+            assert counts[0] == counts[1], (english.relative_to(DOCS), tag, counts)

@@ -35,7 +35,7 @@ LIGHT = {
 }
 #: the pages that train a model
 HEAVY = {
-    "04-translation": r"1600 steps in \d+ s",
+    "04-translation": r"2000 steps in \d+ s",
     "05-transformer": r"\d+ steps in \d+ s",
     "06-images": r"\d+ steps in \d+ s",
     "08-language-model": r"\d+ steps in \d+ s",
