@@ -218,20 +218,29 @@ def test_the_webassembly_module_is_well_formed():
     assert base64.b64decode(matmat_base64()) == module
 
 
-def test_a_language_model_of_another_architecture_gets_one_line_not_a_live_page():
-    """The live script runs the gpt architecture's components; llama's RMSNorm and SwiGLU,
-    nanochat's QK-norm and soft-cap are refused by name (the command then writes a static
-    page), never run wrongly in the browser."""
+def test_every_language_model_architecture_runs_live_and_a_length_dependent_one_does_not():
+    """The live script runs every architecture's components (the browser tests compare each
+    with PyTorch); RoPE's frequencies come computed, with the model's theta and scaling;
+    a model whose frequencies change with the length read, or that restarts positions at
+    each document, is refused by name (the command then writes a static page), never run
+    wrongly in the browser."""
     from qkv.errors import InputError
     from qkv.explore.language import LanguageModelAdapter
+    from qkv.functional.rope_scaling import RopeScaling
     from qkv.models import gpt, llama, nanochat
 
     sizes = dict(d_model=16, num_heads=2, num_layers=2, max_len=16)
     adapter = LanguageModelAdapter()
-    assert adapter.live_config(gpt(30, **sizes))["d_model"] == 16
-    with pytest.raises(InputError, match="norm='rms'.*feed_forward='gated'"):
-        adapter.live_config(llama(30, **sizes))
-    with pytest.raises(InputError, match="qk_norm=True"):
-        adapter.live_config(nanochat(30, **sizes))
-    with pytest.raises(InputError, match="window_layers"):
-        adapter.live_config(gpt(30, **sizes, window=4, window_layers=(0,)))
+    config = adapter.live_config(gpt(30, **sizes))
+    assert config["norm"] == "layer" and config["rope_frequencies"] is None
+    config = adapter.live_config(llama(30, **sizes, rope_base=500000.0))
+    assert config["norm"] == "rms" and len(config["rope_frequencies"]) == 4
+    assert config["rope_frequencies"][1] == pytest.approx(500000.0 ** (-2 / 8))
+    config = adapter.live_config(nanochat(30, **sizes, window=4, window_layers=(0,)))
+    assert config["qk_norm"] and config["logit_softcap"] == 15.0
+    assert config["windows"] == [4, None] and config["block"] is not None
+    dynamic = RopeScaling("dynamic", factor=2.0, original_max_len=8)
+    with pytest.raises(InputError, match="'dynamic' changes them with the length"):
+        adapter.live_config(llama(30, **sizes, rope_scaling=dynamic))
+    with pytest.raises(InputError, match="document_start"):
+        adapter.live_config(gpt(30, **sizes, document_start=1))

@@ -15,6 +15,7 @@ from qkv.data.text_tokenizers import ByteBPETokenizer
 from qkv.data.word_tokenizer import WordTokenizer
 from qkv.decoding import greedy_search, sample
 from qkv.explore import add_live, explore, write_html
+from qkv.functional.rope_scaling import RopeScaling
 from qkv.models import (
     DecoderLM,
     LMConfig,
@@ -155,6 +156,41 @@ LMS = {
     "rope, grouped KV heads, window": dict(positions="rope", num_kv_heads=2, window=5),
     "alibi, multi-query, no biases": dict(positions="alibi", num_kv_heads=1, bias=False),
     "gelu_tanh, untied": dict(activation="gelu_tanh", tie_embeddings=False, max_len=24),
+    # Llama: RMSNorm, SwiGLU, RoPE at Llama 3's theta, no biases, untied, grouped KV heads
+    "llama": dict(
+        norm="rms",
+        norm_eps=1e-6,
+        feed_forward="gated",
+        activation="silu",
+        positions="rope",
+        rope_base=500000.0,
+        bias=False,
+        tie_embeddings=False,
+        num_kv_heads=2,
+    ),
+    # Qwen2's biases (Q, K, V only) and Llama 3.1's RoPE scaling, a window in one layer
+    "qwen2 biases, llama3 scaling, SL windows": dict(
+        norm="rms",
+        feed_forward="gated",
+        activation="silu",
+        positions="rope",
+        rope_scaling=RopeScaling("llama3", factor=8.0, original_max_len=8),
+        output_bias=False,
+        mlp_bias=False,
+        window=4,
+        window_layers=(0,),
+    ),
+    # nanochat: parameter-free RMSNorm (embeddings too), ReLU^2, QK-norm, soft-capped logits
+    "nanochat": dict(
+        norm="rms_free",
+        activation="relu2",
+        positions="rope",
+        qk_norm=True,
+        embedding_norm=True,
+        logit_softcap=15.0,
+        bias=False,
+        tie_embeddings=False,
+    ),
 }
 
 

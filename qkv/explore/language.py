@@ -24,6 +24,7 @@ from qkv.data import SPECIAL_TOKENS
 from qkv.decoding import sample
 from qkv.errors import InputError
 from qkv.functional.block_mask import DEFAULT_BLOCK_SIZE
+from qkv.functional.rope_scaling import rope_inverse_frequency
 
 from .compact import DENSE_TOKENS, compact_view
 from .registry import ExplorerAdapter, ExploreRequest, PageKind, register_explorer
@@ -114,47 +115,46 @@ class LanguageModelAdapter(ExplorerAdapter):
     def live_config(self, model: nn.Module) -> dict[str, Any]:
         """script/live/lm.js's facts, read from DecoderLM's config (its state_dict names
         are the script's: token_embedding, positions.*, blocks.{i}.*, final_norm, output).
-        The script runs the ``gpt`` architecture's components (LayerNorm, an MLP, any of the
-        four position schemes with RoPE's default theta, one window for every layer); a
-        model built from others gets one line and a static page."""
+        The script runs every architecture's components (the norms, the MLP and SwiGLU,
+        the four position schemes with RoPE's inverse frequencies computed here, QK-norm,
+        per-layer windows, the logit soft-cap); a model that restarts positions at each
+        document, or whose RoPE frequencies change with the length read, gets one line and
+        a static page."""
         config = model.config
         if config.document_start is not None:
             raise InputError(
                 "the live page runs one stream; this model restarts positions at each "
                 "document (document_start): write a static page"
             )
-        unlike = {
-            "norm": config.norm != "layer",
-            "feed_forward": config.feed_forward != "mlp",
-            "activation": config.activation not in ("gelu", "gelu_tanh", "relu"),
-            "qk_norm": config.qk_norm,
-            "embedding_norm": config.embedding_norm,
-            "logit_softcap": config.logit_softcap is not None,
-            "rope_base": config.rope_base != 10000.0 or config.rope_scaling.kind != "default",
-            "window_layers": config.window_layers is not None,
-            "output_bias": config.output_bias not in (None, config.bias),
-            "mlp_bias": config.mlp_bias not in (None, config.bias),
-        }
-        found = [name for name, differs in unlike.items() if differs]
-        if found:
+        if config.rope_scaling.depends_on_length:
             raise InputError(
-                f"the live page runs the gpt architecture's components; this model's "
-                f"{', '.join(f'{name}={getattr(config, name)!r}' for name in found)} has no "
-                "live forward pass: write a static page (without --live)"
+                f"the live page rotates with fixed RoPE frequencies; this model's "
+                f"rope_scaling {config.rope_scaling.kind!r} changes them with the length read: "
+                "write a static page (without --live)"
             )
+        frequencies = None
+        if config.positions == "rope":  # theta and any scaling rule: the script multiplies
+            frequencies = rope_inverse_frequency(
+                config.head_dim, base=config.rope_base, scaling=config.rope_scaling
+            ).tolist()
         return {
             "d_model": config.d_model,
             "heads": config.num_heads,
             "kv_heads": config.num_kv_heads,
             "layers": config.num_layers,
+            "norm": config.norm,
             "activation": config.activation,
             "norm_first": config.norm_first,
             "positions": config.positions,
+            "rope_frequencies": frequencies,
+            "qk_norm": config.qk_norm,
+            "embedding_norm": config.embedding_norm,
+            "logit_softcap": config.logit_softcap,
             "max_len": config.max_len,
             "max_positions": model.max_positions,
             "embedding_scale": model.embedding_scale,
             "eps": config.norm_eps,
-            "window": config.window,
+            "windows": self.windows(model),
             "block": self.block_size(model),
         }
 

@@ -221,6 +221,19 @@ function layerNorm(x, T, D, weight, bias, eps) {
   return y;
 }
 
+/** nn.RMSNorm over the last D numbers of each row: x / sqrt(mean(x^2) + eps), times the
+    weight where the norm has one (a parameter-free RMSNorm has none). */
+function rmsNorm(x, T, D, weight, eps) {
+  const y = new Float64Array(T * D);
+  for (let t = 0; t < T; t++) {
+    let square = 0;
+    for (let d = 0; d < D; d++) square += x[t * D + d] * x[t * D + d];
+    const scale = 1 / Math.sqrt(square / D + eps);
+    for (let d = 0; d < D; d++) y[t * D + d] = x[t * D + d] * scale * (weight ? weight.data[d] : 1);
+  }
+  return y;
+}
+
 /** erf from the Chebyshev fit of erfc in Numerical Recipes (2nd ed., section 6.2): a
     relative error under 1.2e-7 everywhere, about float32's own (torch's float32 GELU), and
     a few multiplications where a series would take dozens of terms. */
@@ -237,22 +250,34 @@ const ACTIVATIONS = {
   relu: (x) => (x > 0 ? x : 0),
   gelu: (x) => 0.5 * x * (1 + erf(x / Math.SQRT2)),
   gelu_tanh: (x) => 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x * x * x))),
+  relu2: (x) => (x > 0 ? x * x : 0),
+  silu: (x) => x / (1 + Math.exp(-x)),
 };
 
-/** FeedForward: contract(act(expand(x))). prefix: "blocks.0.feed_forward". */
+/** FeedForward: contract(act(expand(x))); GatedFeedForward (a layer with a gate, SwiGLU):
+    contract(act(gate(x)) * expand(x)). prefix: "blocks.0.feed_forward". */
 function feedForward(model, prefix, x, T, activation) {
-  const hidden = linear(x, T, model.w(prefix + ".expand.weight"), optional(model, prefix + ".expand.bias"));
+  const layer = (name) => linear(x, T, model.w(`${prefix}.${name}.weight`), optional(model, `${prefix}.${name}.bias`));
+  const hidden = layer("expand");
   const act = ACTIVATIONS[activation];
   if (!act) throw new Error(`the live page has no activation ${activation}`);
-  for (let i = 0; i < hidden.length; i++) hidden[i] = act(hidden[i]);
+  if (model.has(prefix + ".gate.weight")) {
+    const gate = layer("gate");
+    for (let i = 0; i < hidden.length; i++) hidden[i] *= act(gate[i]);
+  } else {
+    for (let i = 0; i < hidden.length; i++) hidden[i] = act(hidden[i]);
+  }
   return linear(hidden, T, model.w(prefix + ".contract.weight"), optional(model, prefix + ".contract.bias"));
 }
 
 const optional = (model, name) => (model.has(name) ? model.w(name) : null);
 
-/** A LayerNorm module by name: its weight and bias (either may be absent). */
-function norm(model, name, x, T, D, eps) {
-  return layerNorm(x, T, D, optional(model, name + ".weight"), optional(model, name + ".bias"), eps);
+/** A norm module by name: a LayerNorm (kind "layer", the default: its weight and bias,
+    either may be absent) or an RMSNorm ("rms", "rms_free": its weight, if it has one). */
+function norm(model, name, x, T, D, eps, kind = "layer") {
+  const weight = optional(model, name + ".weight");
+  if (kind === "layer") return layerNorm(x, T, D, weight, optional(model, name + ".bias"), eps);
+  return rmsNorm(x, T, D, weight, eps);
 }
 
 /** x + y, in place into x. */
@@ -262,10 +287,10 @@ function addInto(x, y) {
 }
 
 /** A residual sub-layer as qkv's blocks wrap it: pre-LN x + f(norm(x)), or post-LN
-    norm(x + f(x)). */
-function residual(model, normName, x, T, D, eps, normFirst, sublayer) {
-  if (normFirst) return addInto(x, sublayer(norm(model, normName, x, T, D, eps)));
-  return norm(model, normName, addInto(x, sublayer(x)), T, D, eps);
+    norm(x + f(x)); normKind as norm's. */
+function residual(model, normName, x, T, D, eps, normFirst, sublayer, normKind = "layer") {
+  if (normFirst) return addInto(x, sublayer(norm(model, normName, x, T, D, eps, normKind)));
+  return norm(model, normName, addInto(x, sublayer(x)), T, D, eps, normKind);
 }
 
 // ---------------------------------------------------------------- positions
@@ -313,12 +338,13 @@ function inputPositions(model, scheme, prefix, x, T, D, start) {
 }
 
 /** RoPE (half-split pairs, qkv.functional.positions.rotary_angles), in place: x (T x H*Dh)
-    at positions start.. */
-function rotate(x, T, heads, Dh, start) {
+    at positions start..; frequencies: the Dh/2 inverse frequencies (default: theta 10000's;
+    a model with another theta or a scaling rule passes qkv.functional.rope_scaling's). */
+function rotate(x, T, heads, Dh, start, frequencies = null) {
   const half = Dh / 2;
   for (let t = 0; t < T; t++) {
     for (let i = 0; i < half; i++) {
-      const angle = (start + t) * Math.pow(10000, -(2 * i) / Dh);
+      const angle = (start + t) * (frequencies ? frequencies[i] : Math.pow(10000, -(2 * i) / Dh));
       const c = Math.fround(Math.cos(angle)), s = Math.fround(Math.sin(angle));
       for (let h = 0; h < heads; h++) {
         const base = t * heads * Dh + h * Dh, a = x[base + i], b = x[base + i + half];

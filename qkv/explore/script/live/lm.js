@@ -1,7 +1,9 @@
-/* script/live/lm.js: the character language model live (qkv.models.lm.DecoderLM of the gpt architecture, whose
-   state_dict names it reads: token_embedding, positions.*, blocks.{i}.self_attention.*,
-   blocks.{i}.self_attention_norm, blocks.{i}.feed_forward.*, blocks.{i}.feed_forward_norm,
-   final_norm, output): read the prompt, then generate greedily (temperature 0) or by sampling
+/* script/live/lm.js: the language model live (qkv.models.lm.DecoderLM of any architecture:
+   its norm, feed-forward, positions, QK-norm, embedding norm, per-layer windows and logit
+   soft-cap are read from the config; the state_dict names it reads: token_embedding,
+   positions.*, embedding_norm, blocks.{i}.self_attention.* (query_norm, key_norm),
+   blocks.{i}.self_attention_norm, blocks.{i}.feed_forward.* (gate for SwiGLU),
+   blocks.{i}.feed_forward_norm, final_norm, output): read the prompt, then generate greedily (temperature 0) or by sampling
    with the page's own seeded generator, a KV cache per block; keep every layer's and head's
    causal self-attention over the whole text, the logits of every position and q, k, v. */
 
@@ -47,9 +49,12 @@ LIVE.lm = {
     const total = Math.min(prompt.length + generate, limit);
     const random = seededRandom(options.seed ?? 0);
     const slopes = c.positions === "alibi" ? alibiSlopes(H) : null;
-    const rope = c.positions === "rope";
-    const pattern = { causal: true, window: c.window, length: total };
-    const sees = (i, j) => { const [first, end] = keyRange(pattern, i); return j >= first && j < end; };
+    const rope = c.positions === "rope", kind = c.norm;
+    /** Per layer, whether query i sees key j: causal, inside the layer's window if it has one. */
+    const sees = c.windows.map((window) => {
+      const pattern = { causal: true, window, length: total };
+      return (i, j) => { const [first, end] = keyRange(pattern, i); return j >= first && j < end; };
+    });
     const bias = slopes ? (h, i, j) => -slopes[h] * (i - j) : null;
     const caches = [...Array(c.layers).keys()].map(() => ({
       q: new Float64Array(total * D), k: new Float64Array(total * kvWidth), v: new Float64Array(total * kvWidth),
@@ -64,23 +69,30 @@ LIVE.lm = {
         for (let d = 0; d < D; d++) x[t * D + d] = table.data[ids[start + t] * D + d] * c.embedding_scale;
       }
       x = inputPositions(model, c.positions, "positions", x, count, D, start);
+      if (c.embedding_norm) x = norm(model, "embedding_norm", x, count, D, eps, kind);
       for (let l = 0; l < c.layers; l++) {
         const p = `blocks.${l}`, kept = caches[l];
         x = residual(model, p + ".self_attention_norm", x, count, D, eps, c.norm_first, (h) => {
           const at = p + ".self_attention", w = model.w(at + ".in_proj_weight"), b = optional(model, at + ".in_proj_bias");
-          const q = linear(h, count, w, b, [0, D]), k = linear(h, count, w, b, [D, D + kvWidth]);
+          let q = linear(h, count, w, b, [0, D]), k = linear(h, count, w, b, [D, D + kvWidth]);
           const v = linear(h, count, w, b, [D + kvWidth, D + 2 * kvWidth]);
-          if (rope) { rotate(q, count, H, Dh, start); rotate(k, count, Hkv, Dh, start); }
+          if (rope) { rotate(q, count, H, Dh, start, c.rope_frequencies); rotate(k, count, Hkv, Dh, start, c.rope_frequencies); }
+          if (c.qk_norm) {  // every head's query and key normed over its Dh numbers, after RoPE
+            q = norm(model, at + ".query_norm", q, count * H, Dh, eps, kind);
+            k = norm(model, at + ".key_norm", k, count * Hkv, Dh, eps, kind);
+          }
           kept.q.set(q, start * D); kept.k.set(k, start * kvWidth); kept.v.set(v, start * kvWidth);
-          const found = attend(q, kept.k, kept.v, count, start + count, H, Hkv, Dh, start, sees, bias);
+          const found = attend(q, kept.k, kept.v, count, start + count, H, Hkv, Dh, start, sees[l], bias);
           found.weights.forEach((rows, head) => attention[l][head].push(...rows));
           return linear(found.out, count, model.w(at + ".out_proj.weight"), optional(model, at + ".out_proj.bias"));
-        });
+        }, kind);
         x = residual(model, p + ".feed_forward_norm", x, count, D, eps, c.norm_first,
-          (h) => feedForward(model, p + ".feed_forward", h, count, c.activation));
+          (h) => feedForward(model, p + ".feed_forward", h, count, c.activation), kind);
       }
-      if (c.norm_first) x = norm(model, "final_norm", x, count, D, eps);
+      if (c.norm_first) x = norm(model, "final_norm", x, count, D, eps, kind);
       const out = linear(x, count, model.w("output.weight"), null), V = out.length / count;
+      const cap = c.logit_softcap;  // cap * tanh(z / cap)
+      if (cap) for (let i = 0; i < out.length; i++) out[i] = cap * Math.tanh(out[i] / cap);
       for (let t = 0; t < count; t++) logits.push(Array.from(out.subarray(t * V, (t + 1) * V)));
     };
     forward(0, prompt.length);
@@ -114,7 +126,7 @@ LIVE.lm = {
       entry.summaries.forEach((summary, h) => { summary.induction = written[l]?.summaries?.[h]?.induction ?? null; });
       entry.mean_summary.induction = written[l]?.mean_summary?.induction ?? null;
     });
-    const windows = layers.map(() => DATA.live.config.window ?? null);
+    const windows = DATA.live.config.windows;
     Object.assign(view, { causal: true, vectors: liveVectors(result.vectors.self), windows, blocks: DATA.live.config.block });
     return {
       name: text, source: text, source_tokens: tokens, prompt_length: result.prompt_length,
