@@ -321,8 +321,8 @@ def test_what_cannot_start_a_fine_tuning_run_is_one_line(tmp_path, capsys):
     assert "is not a folder" in line
     line = refused_run("--init-from", bert)
     assert "model_type='bert'" in line and "encoder" in line and "gpt2, llama" in line
-    line = refused_run("--init-from", gpt2, "--arch", "llama")
-    assert "arch='llama' cannot apply" in line and line.endswith("(set by --arch llama)")
+    line = refused_run("--init-from", gpt2, "--arch", "nanochat")
+    assert "arch='nanochat' cannot apply" in line and line.endswith("(set by --arch nanochat)")
     line = refused_run("--init-from", gpt2, "--size", "medium", "--window", 8)
     assert "size='medium', window=8 cannot apply" in line
     line = refused_run("--init-from", gpt2, "--context", 100)
