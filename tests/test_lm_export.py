@@ -119,6 +119,7 @@ def _text(tmp_path):
 @pytest.mark.parametrize(
     "arch, options, family",
     [
+        (None, [], "llama"),  # the defaults: `qkv train lm` with no --arch
         ("gpt", [], "gpt2"),
         ("llama", ["--num-kv-heads", "2"], "llama"),
         ("llama", ["--window", "8", "--window-pattern", "SL"], "qwen2"),
@@ -133,7 +134,8 @@ def test_a_trained_run_of_every_architecture_exports_with_identical_logits(
 
     out = tmp_path / "run"
     code = main(
-        ["train", "lm", "--arch", arch, "--data", str(_text(tmp_path)), "--out", str(out)]
+        ["train", "lm", "--data", str(_text(tmp_path)), "--out", str(out)]
+        + (["--arch", arch] if arch else [])
         + ["--context", "32", "--max-steps", "2", "--batch-size", "4", "--threads", "1"]
         + ["--tokenizer", "bytebpe", "--vocab-size", "300"]
         + options

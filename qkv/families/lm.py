@@ -71,17 +71,18 @@ FAMILY = Family(
     presets={**LM_SIZES, "--init-from": LM_FINETUNE},
     spec=LM,
     command=TrainCommand(
-        help="train a decoder-only language model (GPT, Llama, nanochat) on text",
-        description="Train a decoder-only Transformer language model on the built-in King "
-        "James Bible (kjv, ~4.5 MB of English) or any UTF-8 text file (its last 5% of lines "
-        "are the validation text). Checkpoints, the tokenizer and log.jsonl (with validation "
+        help="train a decoder-only language model (Llama, GPT, nanochat) on text",
+        description="Train a decoder-only Transformer language model (Llama's layout unless "
+        "--arch says gpt or nanochat) on the built-in King James Bible (kjv, ~4.5 MB of "
+        "English) or any UTF-8 text file (its last 5% of lines are the validation text). Checkpoints, the tokenizer and log.jsonl (with validation "
         "loss and perplexity) go to --out; --resume continues exactly; `qkv curves` plots "
         "the run. With --init-from a pretrained model (a Hugging Face GPT-2 or Llama-family "
         "folder, or another run) is fine-tuned on the text, encoded with its own tokenizer; "
         "`qkv generate --checkpoint` samples from the result.",
         examples="qkv train lm --data kjv --out runs/lm --size small --max-minutes 10 --threads 1"
-        "\nqkv train lm --data my.txt --out runs/mine --tokenizer bytebpe --positions rope"
-        "\nqkv train lm --arch llama --window 32 --window-pattern SSSL --out runs/llama"
+        "\nqkv train lm --data my.txt --out runs/mine --tokenizer bytebpe"
+        "\nqkv train lm --arch gpt --data kjv --out runs/gpt   # GPT-2's layout"
+        "\nqkv train lm --window 32 --window-pattern SSSL --out runs/windows"
         "\nqkv train lm --init-from models/gpt2 --data my.txt --out runs/gpt2-mine --max-steps 500"
         "\nqkv train lm --init-from runs/lm --data my.txt --out runs/lm-mine --lr 3e-4",
         out_help="run folder (checkpoints, tokenizer, log.jsonl)",
