@@ -8,6 +8,7 @@ import pytest
 
 from qkv.explore import ExplorerAdapter, PageKind, explore, explorer_of_type, register_explorer
 from qkv.explore.registry import _ADAPTERS
+from qkv.models import llama
 
 from .test_explore_lm import tiny_lm, tiny_tokenizer
 
@@ -68,5 +69,9 @@ def test_the_header_line_is_computed_from_the_facts_the_page_holds():
     assert "induction" in page["metrics"]  # the kind's own summary, beside every page's
     named = explore(model, ["and god"], tokenizer=tokenizer, architecture="Llama")
     assert named["model"]["architecture"] == "Llama"
+    # a model built by one of qkv's builders says which (the model above mixes gpt and rope)
+    built = llama(tokenizer.vocab_size, d_model=16, num_heads=2, num_layers=2, max_len=16)
+    info = explore(built, ["and god"], tokenizer=tokenizer)["model"]["page"]["info"]
+    assert info == "language model (llama layout): 2 layers, 2 heads, rope positions"
     assert named["model"]["page"]["info"].startswith("Llama: 2 layers, 4 heads")
     json.dumps(named)  # the page's data is all JSON

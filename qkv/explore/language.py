@@ -25,6 +25,7 @@ from qkv.decoding import sample
 from qkv.errors import InputError
 from qkv.functional.block_mask import DEFAULT_BLOCK_SIZE
 from qkv.functional.rope_scaling import rope_inverse_frequency
+from qkv.models.lm_builders import architecture_of
 
 from .compact import DENSE_TOKENS, compact_view
 from .registry import ExplorerAdapter, ExploreRequest, PageKind, register_explorer
@@ -79,7 +80,10 @@ def induction_scores(model: nn.Module, *, length: int = INDUCTION_LENGTH) -> Ten
 def _lm_info(m: Mapping[str, Any]) -> str:
     grouped = f" ({m['kv_heads']} key/value heads)" if m["kv_heads"] != m["heads"] else ""
     sizes = f"{m['layers']} layers, {m['heads']} heads{grouped}"
-    return f"{m.get('architecture') or 'language model'}: {sizes}, {m['positions']} positions"
+    name = m.get("architecture") or "language model"
+    if m.get("layout"):  # qkv's builder whose every choice the model keeps
+        name = f"{name} ({m['layout']} layout)"
+    return f"{name}: {sizes}, {m['positions']} positions"
 
 
 #: A language model's page: the tokens' causal self-attention in every layer and head, and
@@ -108,6 +112,7 @@ class LanguageModelAdapter(ExplorerAdapter):
     def facts(self, model: nn.Module) -> dict[str, Any]:
         config = model.config
         facts = dict(super().facts(model), positions=config.positions)
+        facts["layout"] = architecture_of(config)  # "gpt", "llama", "nanochat" or None (a mix)
         if config.window is not None:
             facts["window"] = config.window
         return facts
