@@ -33,7 +33,8 @@ RUNS = ("cp2", "single")
 def commands(args: argparse.Namespace, out: Path) -> dict[str, list[str]]:
     """The two training commands, by run name."""
     common = [
-        "train", "lm", "--data", args.data, "--context", str(args.context), "--dropout", "0",
+        "train", "lm", "--arch", "gpt", "--data", args.data, "--context", str(args.context),
+        "--dropout", "0",
         "--positions", "rope", "--max-minutes", str(args.minutes), "--log-every", "1",
         "--batch-size", str(args.batch_size), "--eval-batches", str(args.eval_batches),
         "--seed", "0",

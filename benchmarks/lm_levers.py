@@ -87,24 +87,25 @@ class Candidate:
         return replace(lm_config(self.setup, vocab_size), **self.model)
 
 
-#: AdamW, the optimizer of nanoGPT's recipe and qkv's default before Muon.
+#: GPT-2's layout with AdamW, the optimizer of nanoGPT's recipe and qkv's default before Muon.
+GPT_ADAMW = ("--arch", "gpt", "--optimizer", "adamw")
 ADAMW = ("--optimizer", "adamw")
 #: The race's entries: gpt with AdamW (the first: the base of the ratios), each lever alone
-#: over it, then the architectures that combine them; `qkv train lm`'s default is gpt + Muon.
+#: over it, then the architectures that combine them; `qkv train lm`'s default is llama + Muon.
 CANDIDATES: dict[str, Candidate] = {
-    "gpt, AdamW": Candidate(ADAMW),
-    "+ RoPE": Candidate((*ADAMW, "--positions", "rope")),
-    "+ QK-norm": Candidate(ADAMW, model={"qk_norm": True}),
-    "+ ReLU²": Candidate(ADAMW, model={"activation": "relu2"}),
-    "+ untied output": Candidate(ADAMW, model={"tie_embeddings": False}),
-    "+ windows (16, SSSL)": Candidate((*ADAMW, "--window", "16", "--window-pattern", "SSSL")),
-    "+ Muon (the default)": Candidate(),
-    "+ Muon + RoPE": Candidate(("--positions", "rope")),
+    "gpt, AdamW": Candidate(GPT_ADAMW),
+    "+ RoPE": Candidate((*GPT_ADAMW, "--positions", "rope")),
+    "+ QK-norm": Candidate(GPT_ADAMW, model={"qk_norm": True}),
+    "+ ReLU²": Candidate(GPT_ADAMW, model={"activation": "relu2"}),
+    "+ untied output": Candidate(GPT_ADAMW, model={"tie_embeddings": False}),
+    "+ windows (16, SSSL)": Candidate((*GPT_ADAMW, "--window", "16", "--window-pattern", "SSSL")),
+    "+ Muon (gpt's default)": Candidate(("--arch", "gpt")),
+    "+ Muon + RoPE": Candidate(("--arch", "gpt", "--positions", "rope")),
     "llama (RMSNorm, SwiGLU, RoPE, untied)": Candidate((*ADAMW, "--arch", "llama")),
     "nanochat (RoPE, QK-norm, ReLU², untied, soft-cap)": Candidate((*ADAMW, "--arch", "nanochat")),
     "nanochat + Muon": Candidate(("--arch", "nanochat")),
-    # the llama presets: llama's layout with the default's Muon, and what else was tried
-    "llama + Muon": Candidate(("--arch", "llama")),
+    # the llama presets: llama's layout with Muon (the command's default), and what else was tried
+    "llama + Muon (the default)": Candidate(),
     "llama + Muon, 2 KV heads": Candidate(("--arch", "llama", "--num-kv-heads", "2")),
     "llama + Muon, tied output": Candidate(("--arch", "llama"), model={"tie_embeddings": True}),
     "llama + Muon, 6 layers": Candidate(("--arch", "llama"), model={"num_layers": 6}),

@@ -5,7 +5,7 @@
 
 starts the two runs together, one thread each (two processes on a two-core machine):
 
-    qkv train lm --data kjv --context 2048 --positions rope [--window 256] \\
+    qkv train lm --arch gpt --data kjv --context 2048 --positions rope [--window 256] \\
         --max-minutes M --threads 1 --batch-size B --out OUT/<name>
 
 then scores both on the same text, the first ``--tokens`` tokens of the kjv validation split
@@ -38,6 +38,8 @@ CONTENDERS = {"full causal": [], "window 256": ["--window", "256"]}
 def launch(name: str, flags: list[str], out: Path, args: argparse.Namespace) -> subprocess.Popen:
     command = [sys.executable, "-m", "qkv.cli.main", "train", "lm", "--data", "kjv"]
     command += [
+        "--arch",  # GPT-2's layout with RoPE, as the documented runs (the default then)
+        "gpt",
         "--context",
         str(CONTEXT),
         "--positions",
