@@ -73,5 +73,7 @@ def test_the_header_line_is_computed_from_the_facts_the_page_holds():
     built = llama(tokenizer.vocab_size, d_model=16, num_heads=2, num_layers=2, max_len=16)
     info = explore(built, ["and god"], tokenizer=tokenizer)["model"]["page"]["info"]
     assert info == "language model (llama layout): 2 layers, 2 heads, rope positions"
+    named_built = explore(built, ["and god"], tokenizer=tokenizer, architecture="Llama")
+    assert named_built["model"]["page"]["info"] == "Llama: 2 layers, 2 heads, rope positions"
     assert named["model"]["page"]["info"].startswith("Llama: 2 layers, 4 heads")
     json.dumps(named)  # the page's data is all JSON

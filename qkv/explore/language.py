@@ -81,8 +81,8 @@ def _lm_info(m: Mapping[str, Any]) -> str:
     grouped = f" ({m['kv_heads']} key/value heads)" if m["kv_heads"] != m["heads"] else ""
     sizes = f"{m['layers']} layers, {m['heads']} heads{grouped}"
     name = m.get("architecture") or "language model"
-    if m.get("layout"):  # qkv's builder whose every choice the model keeps
-        name = f"{name} ({m['layout']} layout)"
+    if m.get("layout") and not m.get("architecture"):  # a folder's name says it already
+        name = f"{name} ({m['layout']} layout)"  # qkv's builder whose every choice it keeps
     return f"{name}: {sizes}, {m['positions']} positions"
 
 

@@ -8,7 +8,7 @@ Llama-family folder, or another run: :mod:`qkv.tasks.lm_start`).  ``load_lm`` re
 back; ``context_loss`` measures the validation loss at a given context length (how far
 positions extrapolate).
 
-One concept, one module (about 480 lines): the LM task from its setup to the text a trained
+One concept, one module (about 500 lines): the LM task from its setup to the text a trained
 model writes -- the setup, its model config, its data, loading a run back, and the uses of a
 loaded model (context loss, generation), which read the setup defined here.
 """
